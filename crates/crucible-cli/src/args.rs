@@ -1,0 +1,158 @@
+//! The command line, exactly as ARCHITECTURE.md fixes it.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "crucible",
+    version,
+    about = "Run playbooks: static agent workflows, once, under ceilings."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate manifest, pack and graph without running; print every bound, ceiling rule and
+    /// deadline in force, and the egress and credentials the pack would get.
+    Check(CheckArgs),
+    /// Compile, inspect and run plans.
+    #[command(subcommand)]
+    Plan(Box<PlanCommand>),
+    /// List the runs in a state directory.
+    Runs(RunsArgs),
+    /// Pack utilities.
+    #[command(subcommand)]
+    Pack(PackCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PlanCommand {
+    /// Print the compiled plan (canonical JSON is byte-stable for the same inputs).
+    Compile(CompileArgs),
+    /// Print the params block as a JSON Schema, without evaluating the source.
+    Params(ParamsArgs),
+    /// Tasks, edges, truncation verdict, ceilings and deadlines, or mermaid source.
+    Show(ShowArgs),
+    /// Run a playbook once.
+    Run(RunArgs),
+    /// A new run that reuses the parent's results outside the selection.
+    Rerun(RerunArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PackCommand {
+    /// Print the pack's `tree1:` digest.
+    Digest(DigestArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[arg(long, default_value = "crucible.toml")]
+    pub manifest: PathBuf,
+    /// A parameter value (`name=value`) or launch setting (`task.model=…`).
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    /// A capability the substrate provides (repeatable).
+    #[arg(long = "cap", value_name = "CAP")]
+    pub caps: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Toml,
+}
+
+#[derive(Args, Debug)]
+pub struct CompileArgs {
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Checks launch settings against this manifest's [agent.overrides] and applies its defaults.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct ParamsArgs {
+    #[arg(long)]
+    pub file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["manifest", "file"])))]
+pub struct ShowArgs {
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    #[arg(long = "cap", value_name = "CAP")]
+    pub caps: Vec<String>,
+    /// Print mermaid source instead of the table.
+    #[arg(long)]
+    pub mermaid: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[arg(long, default_value = "crucible.toml")]
+    pub manifest: PathBuf,
+    /// The cost ceiling in USD (required).
+    #[arg(long = "max-cost", value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// The wall-clock ceiling, as 90s, 10m or 2h (required).
+    #[arg(long = "max-time", value_name = "DUR")]
+    pub max_time: Option<String>,
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    #[arg(long = "cap", value_name = "CAP")]
+    pub caps: Vec<String>,
+    /// Default: `<manifest dir>/state`.
+    #[arg(long = "state-dir")]
+    pub state_dir: Option<PathBuf>,
+    /// Continue the most recent run from its session log.
+    #[arg(long)]
+    pub resume: bool,
+    /// Isolated tasks run concurrently up to this many (default: CPU count).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Run agent turns through this command instead of a harness.
+    #[arg(long = "agent-cmd")]
+    pub agent_cmd: Option<String>,
+    #[arg(long)]
+    pub harness: Option<String>,
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RerunArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The finished run to reuse results from.
+    #[arg(long)]
+    pub parent: String,
+    /// A main-graph task to run again, with everything downstream (repeatable).
+    #[arg(long = "select", required = true)]
+    pub select: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunsArgs {
+    #[arg(long = "state-dir", default_value = "state")]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DigestArgs {
+    pub dir: PathBuf,
+}

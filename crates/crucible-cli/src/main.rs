@@ -1,0 +1,37 @@
+//! The `crucible` binary: argument parsing, dispatch and exit codes only. Every command's work
+//! lives in the library crates; each module here turns arguments into a call and prints.
+//!
+//! Exit codes (ARCHITECTURE.md): `plan run`/`rerun` exit 0 when the verdict is valid, 3 for any
+//! other verdict, 1 when refused before any dispatch; `check` and the `plan` inspectors exit 0
+//! when clean and 1 on findings; a bad command line exits 2 (clap's own code).
+
+mod args;
+mod compile;
+mod run;
+
+use args::{Cli, Command, PackCommand, PlanCommand};
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plan(plan) => match *plan {
+            PlanCommand::Compile(a) => compile::compile(&a),
+            PlanCommand::Params(a) => compile::params(&a),
+            PlanCommand::Show(a) => compile::show(&a),
+            PlanCommand::Run(a) => run::plan_run(&a),
+            PlanCommand::Rerun(a) => run::plan_rerun(&a),
+        },
+        Command::Check(a) => compile::check(&a),
+        Command::Runs(a) => run::runs(&a),
+        Command::Pack(PackCommand::Digest(a)) => compile::pack_digest(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

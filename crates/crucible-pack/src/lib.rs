@@ -1,0 +1,5 @@
+//! Pack files and their digest, the `crucible.toml` manifest and its variants.
+
+pub mod manifest;
+
+pub use manifest::{load, LoadedManifest, Manifest, ManifestError};

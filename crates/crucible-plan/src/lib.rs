@@ -1,0 +1,17 @@
+//! The Plan IR and everything every layer shares about it: the status and outcome vocabulary,
+//! the session-log wire types, canonical JSON, digests, validation and renderers.
+//!
+//! Nothing here knows about Starlark, processes or the file system: the DSL produces a [`Plan`],
+//! validation checks it, and the engine runs only a validated plan.
+
+pub mod canonical;
+pub mod duration;
+pub mod plan;
+pub mod vocab;
+pub mod wire;
+
+pub use plan::{
+    FieldRef, FieldType, FileDecl, Label, Plan, Question, ReportSpec, RouteSpec, Task, When,
+    PLAN_VERSION,
+};
+pub use vocab::*;

@@ -1,0 +1,329 @@
+//! The session log's wire format (ARCHITECTURE.md, "Fixed: the session log").
+//!
+//! `state/runs/<run-id>/session.jsonl` is NDJSON: one object per line with `"v": 1`, `"kind"`
+//! and `"ts"` (RFC 3339, UTC). These are the serialized types; the engine's in-memory state is
+//! kept apart from them. Readers skip unknown kinds and a torn last line.
+
+use crate::vocab::{BlockedReason, Ceiling, Outcome, Status, Verdict};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The wire version every line carries.
+pub const WIRE_VERSION: u32 = 1;
+
+/// The gate label a playbook carries: the task lane's (RFC-0002:C-PLAYBOOK-LANE).
+pub const GATE_TASK: &str = "task";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    Start(Start),
+    PlanAdmitted(PlanAdmitted),
+    TaskResult(TaskResult),
+    AsksEmitted(AsksEmitted),
+    Resumed(Resumed),
+    Shutdown(Shutdown),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    pub run: String,
+    pub gate: String,
+    /// The pack digest, `tree1:…`.
+    pub pack: String,
+    /// The plan digest.
+    pub plan: String,
+    /// The manifest variant (`""` for `crucible.toml`).
+    pub variant: String,
+    pub params: BTreeMap<String, Value>,
+    pub max_cost: f64,
+    pub max_secs: f64,
+    pub parent: Option<String>,
+    pub series: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanAdmitted {
+    pub plan_version: u32,
+    /// The history record task, or `""`.
+    pub history_record: String,
+    pub tasks: Vec<AdmittedTask>,
+}
+
+/// One task as the admitted-plan event shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdmittedTask {
+    pub name: String,
+    pub kind: String,
+    pub depends_on: Vec<String>,
+    /// `""` for a fresh conversation.
+    pub session: String,
+    pub needs: String,
+    pub required: bool,
+    pub join: String,
+    pub stage: String,
+    /// `"producer.field"` or `""`.
+    pub over: String,
+    pub max_fanout: u32,
+    pub keyed: Vec<String>,
+    /// Field name → type, as the plan spells it.
+    pub emits: BTreeMap<String, Value>,
+    /// Path → schema (canonical JSON text) or null.
+    pub emits_files: BTreeMap<String, Option<String>>,
+    /// `""`, one target as a string, or several as a list in order.
+    pub revise: Value,
+    pub max_rounds: u32,
+    pub history_depth: u32,
+    /// The per-attempt limit as written (`"90s"`), or null.
+    pub timeout: Option<String>,
+    pub digest: String,
+}
+
+impl AdmittedTask {
+    /// The admitted-plan view of a compiled task with its definition digest.
+    pub fn from_task(task: &crate::Task, digest: &str) -> AdmittedTask {
+        let emits = task
+            .emits
+            .iter()
+            .map(|(name, ty)| {
+                (
+                    name.clone(),
+                    serde_json::to_value(ty).expect("types serialize"),
+                )
+            })
+            .collect();
+        let emits_files = task
+            .emits_files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.clone(),
+                    f.schema.as_ref().map(crate::canonical::to_string),
+                )
+            })
+            .collect();
+        let revise = match task.revise.as_slice() {
+            [] => Value::from(""),
+            [one] => Value::from(one.as_str()),
+            many => Value::from(many.to_vec()),
+        };
+        AdmittedTask {
+            name: task.name.clone(),
+            kind: task.kind.as_str().to_string(),
+            depends_on: task.depends_on.clone(),
+            session: task.session.clone().unwrap_or_default(),
+            needs: task.needs.clone(),
+            required: task.required,
+            join: task.join.as_str().to_string(),
+            stage: task.stage.as_str().to_string(),
+            over: task
+                .over
+                .as_ref()
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
+            max_fanout: task.max_fanout,
+            keyed: task.keyed.iter().map(|k| k.to_string()).collect(),
+            emits,
+            emits_files,
+            revise,
+            max_rounds: task.max_rounds,
+            history_depth: task.history,
+            timeout: task.timeout_secs.map(crate::duration::format),
+            digest: digest.to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Blocked {
+    pub reason: BlockedReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// `name`, `name[key]` or `name[round-N]`.
+    pub task: String,
+    pub status: Status,
+    pub note: Option<String>,
+    pub output: Option<Value>,
+    pub attempts: u32,
+    pub cost_usd: f64,
+    pub secs: f64,
+    /// Always null in a playbook.
+    pub score: Option<f64>,
+    /// Whether a declared file set was captured and published for this row.
+    pub files: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Blocked>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<String>,
+    /// Why a reserved field in the output was refused (early completion from an agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The cause of a transport failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ask {
+    pub key: String,
+    pub workflow: String,
+    pub params: BTreeMap<String, Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AsksEmitted {
+    pub task: String,
+    pub asks: Vec<Ask>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    pub run: String,
+    pub folded: u32,
+    pub spent: f64,
+    pub elapsed_secs: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Shutdown {
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Ceiling>,
+    pub reason: Option<String>,
+    pub verdict: Verdict,
+    pub spent_usd: f64,
+    pub elapsed_secs: f64,
+}
+
+/// One decoded line: its timestamp and event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Line {
+    pub ts: String,
+    pub event: Event,
+}
+
+/// Encodes one event as a log line (without the trailing newline).
+pub fn encode(event: &Event, ts: &str) -> String {
+    let mut v = serde_json::to_value(event).expect("events always serialize");
+    let obj = v.as_object_mut().expect("an event is an object");
+    obj.insert("v".into(), Value::from(WIRE_VERSION));
+    obj.insert("ts".into(), Value::from(ts));
+    serde_json::to_string(&v).expect("a JSON value always serializes")
+}
+
+/// Why a log could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("session log line {line}: {message}")]
+pub struct DecodeError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Decodes a whole log. Blank lines and unknown kinds are skipped; a torn (unparseable) last
+/// line without a trailing newline is tolerated; any other malformed line is refused with its
+/// line number.
+pub fn decode_log(text: &str) -> Result<Vec<Line>, DecodeError> {
+    let mut out = Vec::new();
+    let ends_clean = text.ends_with('\n');
+    let lines: Vec<&str> = text.split('\n').collect();
+    let last = lines.len().saturating_sub(1);
+    for (i, raw) in lines.iter().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        match decode_line(raw) {
+            Ok(Some(line)) => out.push(line),
+            Ok(None) => {}
+            Err(_) if i == last && !ends_clean => {} // torn by a crash mid-write
+            Err(message) => {
+                return Err(DecodeError {
+                    line: i + 1,
+                    message,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes one line; `Ok(None)` for a kind this reader does not know.
+pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
+    let mut v: Value = serde_json::from_str(raw).map_err(|e| format!("not JSON: {e}"))?;
+    let obj = v.as_object_mut().ok_or("not a JSON object")?;
+    if let Some(ver) = obj.remove("v") {
+        if ver.as_u64() != Some(u64::from(WIRE_VERSION)) {
+            return Err(format!("unsupported wire version {ver}"));
+        }
+    }
+    let ts = match obj.remove("ts") {
+        Some(Value::String(ts)) => ts,
+        _ => String::new(),
+    };
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("no `kind`")?
+        .to_string();
+    const KNOWN: &[&str] = &[
+        "start",
+        "plan_admitted",
+        "task_result",
+        "asks_emitted",
+        "resumed",
+        "shutdown",
+    ];
+    if !KNOWN.contains(&kind.as_str()) {
+        return Ok(None);
+    }
+    let event: Event = serde_json::from_value(v).map_err(|e| format!("bad `{kind}`: {e}"))?;
+    Ok(Some(Line { ts, event }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shutdown() -> Event {
+        Event::Shutdown(Shutdown {
+            outcome: Outcome::Finished,
+            ceiling: None,
+            reason: None,
+            verdict: Verdict::Valid,
+            spent_usd: 0.0,
+            elapsed_secs: 1.5,
+        })
+    }
+
+    #[test]
+    fn lines_round_trip_with_envelope() {
+        let line = encode(&shutdown(), "2026-11-30T00:00:00Z");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["v"], 1);
+        assert_eq!(v["kind"], "shutdown");
+        assert_eq!(v["outcome"], "finished");
+        let back = decode_line(&line).unwrap().unwrap();
+        assert_eq!(back.event, shutdown());
+        assert_eq!(back.ts, "2026-11-30T00:00:00Z");
+    }
+
+    #[test]
+    fn torn_last_line_is_tolerated_but_not_a_torn_middle() {
+        let good = encode(&shutdown(), "t");
+        let torn = format!("{good}\n{{\"v\":1,\"kind\":\"task_re");
+        assert_eq!(decode_log(&torn).unwrap().len(), 1);
+        let bad = format!("{{oops\n{good}\n");
+        let err = decode_log(&bad).unwrap_err();
+        assert_eq!(err.line, 1);
+    }
+
+    #[test]
+    fn unknown_kinds_are_skipped() {
+        let log = "{\"v\":1,\"kind\":\"note\",\"ts\":\"t\",\"msg\":\"hi\"}\n";
+        assert!(decode_log(log).unwrap().is_empty());
+    }
+}

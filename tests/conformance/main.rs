@@ -1,0 +1,2 @@
+//! The conformance suite: drives the real `crucible` binary, one module per RFC-0002 clause
+//! (see docs/conformance.md for the map from each MUST to its tests).
