@@ -219,3 +219,308 @@ pub fn unstage(workspace: &Path) -> Result<(), FilesError> {
     remove_tree_at(root.as_fd(), OsStr::new(INPUTS_DIR)).map_err(|e| FilesError::io(ctx(), e))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::capture::{capture, CaptureRequest, Captured, FilesBudget, Mode};
+    use crate::files::testkit::{decls, mode, Scene};
+    use crate::files::FILE_MODE;
+    use std::collections::HashMap;
+    use std::os::unix::fs::symlink;
+
+    /// A settled graph the runner would describe: dependencies and producers per task.
+    #[derive(Default)]
+    struct Graph {
+        deps: HashMap<&'static str, Vec<&'static str>>,
+        prods: HashMap<&'static str, Vec<Producer>>,
+    }
+
+    impl Graph {
+        fn task(mut self, name: &'static str, deps: &[&'static str], status: Status) -> Graph {
+            self.deps.insert(name, deps.to_vec());
+            self.prods.insert(name, vec![prod(None, status, name)]);
+            self
+        }
+        fn mapped(
+            mut self,
+            name: &'static str,
+            deps: &[&'static str],
+            inst: Vec<Producer>,
+        ) -> Graph {
+            self.deps.insert(name, deps.to_vec());
+            self.prods.insert(name, inst);
+            self
+        }
+    }
+
+    fn prod(key: Option<&str>, status: Status, src: &str) -> Producer {
+        Producer {
+            key: key.map(str::to_string),
+            status,
+            set: Some(PathBuf::from(format!("/files/{src}"))),
+        }
+    }
+
+    impl SettledGraph for Graph {
+        fn depends_on(&self, task: &str) -> Vec<String> {
+            self.deps
+                .get(task)
+                .map(|d| d.iter().map(|s| s.to_string()).collect())
+                .unwrap_or_default()
+        }
+        fn producers(&self, task: &str) -> Vec<Producer> {
+            self.prods.get(task).cloned().unwrap_or_default()
+        }
+    }
+
+    fn consumer(name: &str, join: Join) -> Consumer<'_> {
+        Consumer {
+            name,
+            join,
+            epilogue: false,
+            main_graph: &[],
+            reviewer: None,
+        }
+    }
+
+    fn dirs(plan: &StagingPlan) -> Vec<&str> {
+        plan.sets.iter().map(|s| s.dir_name.as_str()).collect()
+    }
+
+    // RFC-0002:C-TASK-FILES: every passing ancestor, not only direct dependencies.
+    #[test]
+    fn passing_ancestors_are_staged_transitively() {
+        let g = Graph::default()
+            .task("fetch", &[], Status::Pass)
+            .task("build", &["fetch"], Status::Pass)
+            .task("lint", &[], Status::Pass)
+            .task("test", &["build"], Status::Pass);
+        let plan = plan_staging(&consumer("test", Join::All), &g);
+        assert_eq!(dirs(&plan), ["build", "fetch"]);
+        assert!(plan.staged("fetch", None) && !plan.task_staged("lint"));
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: a failed direct dependency's set only into a settled join.
+    #[test]
+    fn a_failed_set_goes_only_to_a_settled_join_on_it() {
+        let g = Graph::default()
+            .task("root", &[], Status::Fail)
+            .task("mid", &["root"], Status::Fail)
+            .task("judge", &["mid"], Status::Pass);
+        assert_eq!(
+            dirs(&plan_staging(&consumer("judge", Join::Settled), &g)),
+            ["mid"]
+        );
+        assert!(plan_staging(&consumer("judge", Join::All), &g)
+            .sets
+            .is_empty());
+        assert!(plan_staging(&consumer("judge", Join::Passed), &g)
+            .sets
+            .is_empty());
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: nothing from a skipped, transport-failed or blocked producer,
+    // even if a stale set were offered.
+    #[test]
+    fn only_passing_or_failing_producers_have_sets() {
+        let g = Graph::default()
+            .task("s", &[], Status::Skipped)
+            .task("t", &[], Status::Transport)
+            .task("b", &[], Status::Blocked)
+            .task("c", &["s", "t", "b"], Status::Pass);
+        assert!(plan_staging(&consumer("c", Join::Settled), &g)
+            .sets
+            .is_empty());
+        let epi = Consumer {
+            epilogue: true,
+            main_graph: &["s".into(), "t".into(), "b".into()],
+            ..consumer("notify", Join::All)
+        };
+        assert!(plan_staging(&epi, &g).sets.is_empty());
+    }
+
+    // RFC-0002:C-PLAYBOOK-LANE: every settled main-graph task's set, passed or failed, goes to
+    // every epilogue task; the epilogue's own ancestors follow the ordinary rule.
+    #[test]
+    fn epilogue_gets_every_settled_main_graph_set() {
+        let g = Graph::default()
+            .task("ok", &[], Status::Pass)
+            .task("broke", &["ok"], Status::Fail)
+            .task("collect", &[], Status::Pass)
+            .task("notify", &["collect"], Status::Pass);
+        let main = ["ok".to_string(), "broke".to_string()];
+        let epi = Consumer {
+            epilogue: true,
+            main_graph: &main,
+            ..consumer("notify", Join::All)
+        };
+        let plan = plan_staging(&epi, &g);
+        assert_eq!(dirs(&plan), ["broke", "collect", "ok"]);
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: instances are staged under their own escaped names, with a flag
+    // per instance; the node's flag says whether any was staged.
+    #[test]
+    fn instances_are_staged_per_instance_under_escaped_names() {
+        let g = Graph::default()
+            .mapped(
+                "shard",
+                &[],
+                vec![
+                    prod(Some("eu/west"), Status::Pass, "a"),
+                    prod(Some(".x"), Status::Fail, "b"),
+                    prod(Some("50%"), Status::Pass, "c"),
+                ],
+            )
+            .task("merge", &["shard"], Status::Pass);
+        let all = plan_staging(&consumer("merge", Join::All), &g);
+        assert_eq!(dirs(&all), ["shard[50%25]", "shard[eu%2Fwest]"]);
+        assert!(all.staged("shard", Some("eu/west")));
+        assert!(!all.staged("shard", Some(".x")));
+        assert!(all.task_staged("shard"));
+        let settled = plan_staging(&consumer("merge", Join::Settled), &g);
+        assert!(settled.staged("shard", Some(".x")));
+        assert_eq!(settled.sets.len(), 3);
+    }
+
+    // RFC-0002:C-REVISE-LOOP: from round two a target gets the reviewer's failing round's set.
+    #[test]
+    fn revise_target_gets_the_reviewers_failing_set() {
+        let g = Graph::default().task("draft", &[], Status::Pass).task(
+            "review",
+            &["draft"],
+            Status::Fail,
+        );
+        let c = Consumer {
+            reviewer: Some("review"),
+            ..consumer("draft", Join::All)
+        };
+        let plan = plan_staging(&c, &g);
+        assert_eq!(dirs(&plan), ["review"]);
+        assert!(plan.task_staged("review"));
+    }
+
+    fn publish(s: &Scene, name: &str, files: &[(&str, &[u8])], budget: &FilesBudget) -> PathBuf {
+        for (p, c) in files {
+            s.write(p, c);
+        }
+        let paths: Vec<&str> = files.iter().map(|(p, _)| *p).collect();
+        let d = decls(&paths);
+        let req = CaptureRequest {
+            workspace: &s.ws,
+            decls: &d,
+            files_dir: &s.files,
+            dir_name: name,
+        };
+        match capture(&req, Mode::Passing, budget).unwrap() {
+            Captured::Published(p) => p.dir,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn set(name: &str, source: PathBuf) -> StagedSet {
+        StagedSet {
+            task: name.into(),
+            key: None,
+            dir_name: name.into(),
+            source,
+        }
+    }
+
+    // RFC-0002:C-TASK-FILES: staged sets are complete, namespaced and read-only, and inputs/
+    // holds exactly the consumer's sets (a stale set for an earlier consumer is gone).
+    #[test]
+    fn stage_copies_sets_read_only_and_drops_stale_ones() {
+        let s = Scene::new();
+        let budget = FilesBudget::new(1 << 20);
+        let a = publish(&s, "a", &[("out/x.txt", b"from a"), ("y", b"ya")], &budget);
+        let b = publish(&s, "b", &[("out/x.txt", b"from b")], &budget);
+        let consumer_ws = s.ws.join("consumer");
+        std::fs::create_dir(&consumer_ws).unwrap();
+
+        stage(&consumer_ws, &[set("a", a.clone()), set("b", b.clone())]).unwrap();
+        let inputs = consumer_ws.join(INPUTS_DIR);
+        assert_eq!(
+            std::fs::read(inputs.join("a/out/x.txt")).unwrap(),
+            b"from a"
+        );
+        assert_eq!(
+            std::fs::read(inputs.join("b/out/x.txt")).unwrap(),
+            b"from b"
+        );
+        assert_eq!(mode(&inputs.join("a/y")), FILE_MODE);
+        assert_eq!(mode(&inputs.join("a/out")), DIR_MODE);
+        assert_eq!(mode(&inputs.join("a")), DIR_MODE);
+        assert_eq!(mode(&inputs), DIR_MODE);
+
+        // The next consumer gets only b; a's set, and anything else in inputs/, goes.
+        stage(&consumer_ws, &[set("b", b)]).unwrap();
+        let names: Vec<_> = std::fs::read_dir(&inputs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["b"]);
+        // The engine's copy is untouched by staging.
+        assert_eq!(std::fs::read(a.join("out/x.txt")).unwrap(), b"from a");
+
+        unstage(&consumer_ws).unwrap();
+        assert!(!inputs.exists());
+        unstage(&consumer_ws).unwrap();
+    }
+
+    // A task that replaced inputs/ or a set directory with a link cannot make staging write
+    // (or remove) through it.
+    #[test]
+    fn stage_never_writes_through_a_planted_link() {
+        let s = Scene::new();
+        let budget = FilesBudget::new(1 << 20);
+        let a = publish(&s, "a", &[("x", b"payload")], &budget);
+        let ws = s.ws.join("consumer");
+        std::fs::create_dir(&ws).unwrap();
+        symlink(&s.outside, ws.join(INPUTS_DIR)).unwrap();
+        stage(&ws, &[set("a", a.clone())]).unwrap();
+        assert!(std::fs::symlink_metadata(ws.join(INPUTS_DIR))
+            .unwrap()
+            .is_dir());
+        assert_eq!(std::fs::read(ws.join("inputs/a/x")).unwrap(), b"payload");
+        assert!(s.outside.join("secret").exists());
+        assert!(!s.outside.join("a").exists());
+
+        // Now a link where the set directory goes, pointing outside.
+        unstage(&ws).unwrap();
+        std::fs::create_dir(ws.join(INPUTS_DIR)).unwrap();
+        symlink(&s.outside, ws.join("inputs/a")).unwrap();
+        stage(&ws, &[set("a", a)]).unwrap();
+        assert!(std::fs::symlink_metadata(ws.join("inputs/a"))
+            .unwrap()
+            .is_dir());
+        assert_eq!(
+            std::fs::read(s.outside.join("secret")).unwrap(),
+            b"TOP-SECRET-OUTSIDE"
+        );
+        assert_eq!(std::fs::read_dir(&s.outside).unwrap().count(), 1);
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: capture is not commit; staged inputs never enter git memory
+    // when the runner installs COMMIT_EXCLUDE.
+    #[test]
+    fn commit_exclude_keeps_staged_inputs_out_of_git() {
+        let s = Scene::new();
+        let budget = FilesBudget::new(1 << 20);
+        let a = publish(&s, "a", &[("deep/x", b"payload")], &budget);
+        let ws = s.ws.join("repo");
+        let repo = git2::Repository::init(&ws).unwrap();
+        std::fs::write(ws.join(".git/info/exclude"), format!("{COMMIT_EXCLUDE}\n")).unwrap();
+        stage(&ws, &[set("a", a)]).unwrap();
+        std::fs::write(ws.join("work.txt"), b"the task's own change").unwrap();
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        let statuses = repo.statuses(Some(&mut opts)).unwrap();
+        let paths: Vec<_> = statuses
+            .iter()
+            .map(|e| e.path().unwrap().to_string())
+            .collect();
+        assert_eq!(paths, ["work.txt"]);
+    }
+}
