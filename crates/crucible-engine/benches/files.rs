@@ -3,7 +3,7 @@
 //! consumer's, and each step is compared with `cp -r` of the same tree. Target: within 1.5×.
 //!
 //! Run: `cargo bench -p crucible-engine --bench files` (set `CRUCIBLE_BENCH_DIR` to choose the
-//! file system; the default is the system temp dir). Prints the median of several rounds.
+//! file system; the default is the system temp dir). Prints the median of seven rounds.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +18,7 @@ use crucible_plan::FileDecl;
 
 const FILES: usize = 1_000;
 const TOTAL: u64 = 200 << 20;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 
 fn main() -> Result<()> {
     let base = std::env::var_os("CRUCIBLE_BENCH_DIR")
@@ -40,6 +40,7 @@ fn main() -> Result<()> {
         let dir = tmp.path().join(format!("round{round}"));
         std::fs::create_dir_all(&dir)?;
 
+        settle()?;
         let t = Instant::now();
         let status = Command::new("cp")
             .arg("-r")
@@ -58,6 +59,7 @@ fn main() -> Result<()> {
             files_dir: &files_dir,
             dir_name: "producer",
         };
+        settle()?;
         let t = Instant::now();
         let set = match capture(&req, Mode::Passing, &budget)? {
             Captured::Published(set) => set,
@@ -74,6 +76,7 @@ fn main() -> Result<()> {
             dir_name: "producer".into(),
             source: set.dir.clone(),
         }];
+        settle()?;
         let t = Instant::now();
         stage(&consumer, &sets)?;
         stg.push(t.elapsed());
@@ -145,6 +148,13 @@ fn generate(root: &Path) -> Result<Vec<String>> {
     }
     ensure!(written == TOTAL, "generated {written} bytes");
     Ok(paths)
+}
+
+/// Flush dirty pages before each timed step, so no step pays for the writeback of the one
+/// before it (which otherwise lands on whichever step runs third).
+fn settle() -> Result<()> {
+    ensure!(Command::new("sync").status()?.success(), "sync failed");
+    Ok(())
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
