@@ -941,6 +941,40 @@ mod tests {
         );
     }
 
+    // RFC-0002:C-TASK-FILES: concurrent captures cannot together squeeze past the bound.
+    #[test]
+    fn concurrent_charges_never_exceed_the_bound() {
+        let budget = FilesBudget::new(10_000);
+        let granted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        if budget.try_charge(7) {
+                            granted.fetch_add(7, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(budget.used(), granted.load(Ordering::Relaxed));
+        assert!(budget.used() <= 10_000 && budget.used() > 10_000 - 7);
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: a path that held a link (or nothing) before and a regular file
+    // now was written by the attempt.
+    #[test]
+    fn failing_attempt_replacing_a_link_with_a_file_changed_it() {
+        let s = Scene::new();
+        symlink(s.outside.join("secret"), s.ws.join("out.txt")).unwrap();
+        let d = decls(&["out.txt"]);
+        let before = Snapshot::take(&s.ws, &d).unwrap();
+        std::fs::remove_file(s.ws.join("out.txt")).unwrap();
+        s.write("out.txt", b"TOP-SECRET-OUTSIDE");
+        let set = published(capture(&req(&s, &d, "t"), Mode::Failing(&before), &big()).unwrap());
+        assert!(set.dir.join("out.txt").exists());
+    }
+
     #[test]
     fn sizes_parse_with_binary_units_and_the_flag_wins() {
         for (text, want) in [
