@@ -293,11 +293,22 @@ pub fn capture(
     mode: Mode<'_>,
     budget: &FilesBudget,
 ) -> Result<Captured, FilesError> {
-    capture_with(req, mode, budget, Walk::Auto, &mut |_| {})
+    capture_observed(req, mode, budget, &mut |_| {})
 }
 
-/// [`capture`], with the resolver chosen and a hook run on each file between the descriptor's
-/// check and the copy from it (tests use it to swap the file under the engine).
+/// [`capture`], calling `between_check_and_copy` with each declared path after its descriptor
+/// passed the checks and before the copy from it: the seam an end-to-end test uses to swap the
+/// file under the engine deterministically (the copy must still read the checked file).
+pub fn capture_observed(
+    req: &CaptureRequest<'_>,
+    mode: Mode<'_>,
+    budget: &FilesBudget,
+    between_check_and_copy: &mut dyn FnMut(&str),
+) -> Result<Captured, FilesError> {
+    capture_with(req, mode, budget, Walk::Auto, between_check_and_copy)
+}
+
+/// [`capture_observed`] with the resolver chosen, so tests cover each one.
 pub(crate) fn capture_with(
     req: &CaptureRequest<'_>,
     mode: Mode<'_>,
@@ -400,8 +411,8 @@ fn fill(
         let (last, dirs) = segs.split_last().expect("at least one component");
         let parent = mkdir_p_at(tmp, dirs).map_err(|e| FilesError::io(ctx(&decl.path), e))?;
         let parent = parent.as_ref().map_or(tmp, |fd| fd.as_fd());
-        // At most one byte past the room left, so a file that grew after its fstat is still
-        // caught by the bound rather than copied whole.
+        // Copy until EOF (the size fstat saw may be stale), but at most one byte past the room
+        // left: that byte proves the bound exceeded without copying an oversized file whole.
         let room = budget.remaining();
         let mut src = (&opened).take(room.saturating_add(1));
         let copied = copy_into(&mut src, parent, OsStr::new(last))

@@ -21,9 +21,9 @@ use std::fmt;
 use std::io;
 
 pub use capture::{
-    capture, max_files_bytes, parse_size, remove_set, CaptureFailure, CaptureRequest, Captured,
-    FilesBudget, Mode, Problem, PublishedSet, Snapshot, DEFAULT_MAX_FILES_BYTES,
-    MAX_FILES_BYTES_ENV, MAX_FILES_BYTES_FLAG,
+    capture, capture_observed, max_files_bytes, parse_size, remove_set, CaptureFailure,
+    CaptureRequest, Captured, FilesBudget, Mode, Problem, PublishedSet, Snapshot,
+    DEFAULT_MAX_FILES_BYTES, MAX_FILES_BYTES_ENV, MAX_FILES_BYTES_FLAG,
 };
 pub use escape::{dir_name, escape_key};
 pub use stage::{
@@ -131,6 +131,10 @@ pub enum FilesErrorKind {
     Io(#[from] io::Error),
     #[error("not a byte size ({0})")]
     BadSize(String),
+    /// One producer's set could not be staged: the consumer settles blocked with reason
+    /// `staging_refused`, naming `task`.
+    #[error("the set of `{task}` could not be staged: {source}")]
+    Staging { task: String, source: io::Error },
 }
 
 impl FilesError {

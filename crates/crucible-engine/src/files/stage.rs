@@ -18,7 +18,7 @@ use crucible_plan::{Join, Status};
 use super::confine::open_dir;
 use super::escape::dir_name;
 use super::tree::{copy_tree_at, entries, open_subdir, publish_at, remove_tree_at, temp_name};
-use super::{FilesError, DIR_MODE};
+use super::{FilesError, FilesErrorKind, DIR_MODE};
 
 /// The workspace directory staged sets live under.
 pub const INPUTS_DIR: &str = "inputs";
@@ -151,7 +151,9 @@ pub fn plan_staging(consumer: &Consumer<'_>, graph: &impl SettledGraph) -> Stagi
 /// entry, a stale set meant for an earlier task included, removed.
 ///
 /// `inputs/` is opened without following links: a link a task planted there is removed, not
-/// written through.
+/// written through. A set that cannot be copied (missing, or tampered with so that it holds
+/// something other than files and directories) fails with [`FilesErrorKind::Staging`] naming
+/// its producer, and no partial copy of it is left.
 pub fn stage(workspace: &Path, sets: &[StagedSet]) -> Result<(), FilesError> {
     let ctx = || format!("staging inputs into {}", workspace.display());
     let io = |e| FilesError::io(ctx(), e);
@@ -179,17 +181,21 @@ pub fn stage(workspace: &Path, sets: &[StagedSet]) -> Result<(), FilesError> {
         }
     }
     for set in sets {
-        let set_ctx = || {
-            format!(
+        let refused = |source: std::io::Error| FilesError {
+            context: format!(
                 "staging set `{}` from {} into {}",
                 set.dir_name,
                 set.source.display(),
                 workspace.display()
-            )
+            ),
+            kind: FilesErrorKind::Staging {
+                task: set.task.clone(),
+                source,
+            },
         };
         let tmp = temp_name();
         rfs::mkdirat(&inputs, tmp.as_os_str(), Mode::from_raw_mode(0o700))
-            .map_err(|e| FilesError::io(set_ctx(), e))?;
+            .map_err(|e| refused(e.into()))?;
         let copied = (|| {
             let src = open_dir(&set.source)?;
             let dst = open_subdir(inputs.as_fd(), &tmp)?;
@@ -198,13 +204,12 @@ pub fn stage(workspace: &Path, sets: &[StagedSet]) -> Result<(), FilesError> {
             std::io::Result::Ok(())
         })();
         if let Err(e) = copied {
+            // Never leave a partial copy behind; the copy error is the one to report.
             let _ = remove_tree_at(inputs.as_fd(), &tmp);
-            return Err(FilesError::io(set_ctx(), e));
+            return Err(refused(e));
         }
-        if publish_at(inputs.as_fd(), &tmp, OsStr::new(&set.dir_name))
-            .map_err(|e| FilesError::io(set_ctx(), e))?
-        {
-            remove_tree_at(inputs.as_fd(), &tmp).map_err(|e| FilesError::io(set_ctx(), e))?;
+        if publish_at(inputs.as_fd(), &tmp, OsStr::new(&set.dir_name)).map_err(refused)? {
+            remove_tree_at(inputs.as_fd(), &tmp).map_err(refused)?;
         }
     }
     rfs::fchmod(&inputs, Mode::from_raw_mode(DIR_MODE)).map_err(io)?;
@@ -224,7 +229,7 @@ pub fn unstage(workspace: &Path) -> Result<(), FilesError> {
 mod tests {
     use super::*;
     use crate::files::capture::{capture, CaptureRequest, Captured, FilesBudget, Mode};
-    use crate::files::testkit::{decls, mode, Scene};
+    use crate::files::testkit::{decls, mkfifo, mode, Scene};
     use crate::files::FILE_MODE;
     use std::collections::HashMap;
     use std::os::unix::fs::symlink;
@@ -467,6 +472,36 @@ mod tests {
         unstage(&consumer_ws).unwrap();
         assert!(!inputs.exists());
         unstage(&consumer_ws).unwrap();
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: a set that cannot be copied whole is refused naming its producer
+    // (the runner blocks the consumer with `staging_refused`), and no partial copy remains.
+    #[test]
+    fn an_unstageable_set_is_refused_naming_its_producer() {
+        let s = Scene::new();
+        let budget = FilesBudget::new(1 << 20);
+        let a = publish(&s, "a", &[("x", b"payload")], &budget);
+        let ws = s.ws.join("consumer");
+        std::fs::create_dir(&ws).unwrap();
+        // A FIFO slipped into the engine's copy is tampering, not a file to stage.
+        let tampered = s.files.join("tampered");
+        std::fs::create_dir(&tampered).unwrap();
+        std::fs::write(tampered.join("ok"), b"ok").unwrap();
+        mkfifo(&tampered.join("zz-fifo"));
+        let mut bad = set("tampered", tampered);
+        bad.task = "producer".into();
+        for broken in [bad, set("gone", s.files.join("gone"))] {
+            let err = stage(&ws, &[set("a", a.clone()), broken.clone()]).unwrap_err();
+            match err.kind {
+                FilesErrorKind::Staging { ref task, .. } => assert_eq!(task, &broken.task),
+                ref other => panic!("{other:?}"),
+            }
+            let names: Vec<_> = std::fs::read_dir(ws.join(INPUTS_DIR))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert_eq!(names, ["a"], "no partial copy of {}", broken.dir_name);
+        }
     }
 
     // A task that replaced inputs/ or a set directory with a link cannot make staging write
