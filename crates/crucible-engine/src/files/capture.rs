@@ -24,7 +24,7 @@ use super::tree::{
     copy_into, entries, is_temp, mkdir_p_at, open_subdir, publish_at, remove_tree_at, seal_dirs,
     temp_name,
 };
-use super::{FileProblem, FilesError, FilesErrorKind};
+use super::{FileProblem, FilesError, FilesErrorKind, NAME_MAX};
 
 /// The default run-total bound on captured bytes: 1 GiB.
 pub const DEFAULT_MAX_FILES_BYTES: u64 = 1 << 30;
@@ -322,6 +322,18 @@ pub(crate) fn capture_with(
         remove_set(req.files_dir, req.dir_name, budget)?;
         return Ok(Captured::NothingDeclared);
     }
+    // A key is runtime data: one too long to be a directory name fails its producer like any
+    // other problem with its files, rather than the engine.
+    if req.dir_name.len() > NAME_MAX {
+        return Ok(Captured::Refused(CaptureFailure {
+            problems: vec![Problem {
+                path: req.decls[0].path.clone(),
+                problem: FileProblem::SetNameTooLong {
+                    bytes: req.dir_name.len(),
+                },
+            }],
+        }));
+    }
     std::fs::create_dir_all(req.files_dir).map_err(|e| FilesError::io(files_ctx(), e))?;
     let files = open_dir(req.files_dir).map_err(|e| FilesError::io(files_ctx(), e))?;
     let root = open_dir(req.workspace)
@@ -506,6 +518,10 @@ pub fn remove_set(
     dir_name: &str,
     budget: &FilesBudget,
 ) -> Result<bool, FilesError> {
+    if dir_name.len() > NAME_MAX {
+        // No such set can ever have been published.
+        return Ok(false);
+    }
     let ctx = || format!("removing set `{dir_name}` from {}", files_dir.display());
     let files = match open_dir(files_dir) {
         Ok(fd) => fd,
@@ -919,6 +935,26 @@ mod tests {
             assert_eq!(got.unwrap(), format!("{i}").as_bytes(), "key {key:?}");
         }
         assert_eq!(std::fs::read_dir(&s.files).unwrap().count(), keys.len());
+    }
+
+    // RFC-0002:C-TASK-FILES: a key too long for a directory name fails the producer, not the
+    // engine; the longest that fits is captured.
+    #[test]
+    fn an_overlong_instance_key_is_a_problem_not_an_engine_error() {
+        let s = Scene::new();
+        s.write("o.txt", b"x");
+        let d = decls(&["o.txt"]);
+        let fits = dir_name("shard", Some(&"k".repeat(NAME_MAX - "shard[]".len())));
+        assert_eq!(fits.len(), NAME_MAX);
+        published(capture(&req(&s, &d, &fits), Mode::Passing, &big()).unwrap());
+        let long = dir_name("shard", Some(&"/".repeat(100)));
+        let f = refused(capture(&req(&s, &d, &long), Mode::Passing, &big()).unwrap());
+        assert_eq!(
+            f.problems[0].problem,
+            FileProblem::SetNameTooLong { bytes: 307 }
+        );
+        assert!(f.note().contains("307 bytes, over the 255"), "{}", f.note());
+        assert!(!remove_set(&s.files, &long, &big()).unwrap());
     }
 
     // RFC-0002:C-SETTLED-JOIN: a task with no declared files leaves no set behind.

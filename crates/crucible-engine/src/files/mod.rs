@@ -31,6 +31,9 @@ pub use stage::{
     COMMIT_EXCLUDE, INPUTS_DIR,
 };
 
+/// The longest file name Linux file systems take, in bytes; a set's directory name is one.
+pub const NAME_MAX: usize = 255;
+
 /// Mode of every captured or staged file: engine-owned, read-only to everyone.
 pub const FILE_MODE: u32 = 0o444;
 /// Mode of every captured or staged directory: listable, not writable.
@@ -69,6 +72,10 @@ pub enum FileProblem {
     OverBound {
         limit: u64,
     },
+    /// The set's directory name (an instance key escaped) is longer than a file name may be.
+    SetNameTooLong {
+        bytes: usize,
+    },
 }
 
 impl fmt::Display for FileProblem {
@@ -106,6 +113,11 @@ impl fmt::Display for FileProblem {
                 }
                 Ok(())
             }
+            FileProblem::SetNameTooLong { bytes } => write!(
+                f,
+                "cannot be captured: the set's directory name is {bytes} bytes, over the \
+                 {NAME_MAX} a file name may have"
+            ),
             FileProblem::OverBound { limit } => write!(
                 f,
                 "would take the run's captured files past their bound of {limit} bytes \
