@@ -538,6 +538,7 @@ pub fn remove_set(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::confine::test_walks;
     use crate::files::escape::dir_name;
     use crate::files::testkit::{decls, mkfifo, mode, Scene};
     use crate::files::{DIR_MODE, FILE_MODE};
@@ -689,7 +690,7 @@ mod tests {
             ),
             ("/etc/passwd", FileProblem::BadPath("is absolute")),
         ];
-        for walk in [Walk::Manual, Walk::Openat2] {
+        for walk in test_walks() {
             for (path, want) in &cases {
                 let d = decls(&[path]);
                 let got = capture_with(&req(&s, &d, "t"), Mode::Passing, &big(), walk, &mut |_| {})
@@ -708,7 +709,7 @@ mod tests {
     // read from the checked descriptor, so the link's target never reaches the set.
     #[test]
     fn a_swap_after_the_check_cannot_redirect_the_copy() {
-        for walk in [Walk::Manual, Walk::Openat2] {
+        for walk in test_walks() {
             let s = Scene::new();
             s.write("out.txt", b"what the task wrote");
             let d = decls(&["out.txt"]);
