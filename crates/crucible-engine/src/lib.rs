@@ -1,1 +1,3 @@
-//! placeholder
+//! The playbook executor: dispatch, declared files, git memory, session log, ceilings, resume.
+
+pub mod files;
