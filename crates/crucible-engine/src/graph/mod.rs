@@ -12,6 +12,7 @@
 //! [`GraphError`] whose message is the note the failing task records.
 
 pub mod fanout;
+pub mod revise;
 pub mod route;
 pub mod when;
 

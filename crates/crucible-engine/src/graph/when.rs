@@ -66,6 +66,17 @@ pub struct Dep<'a> {
     pub entry: Option<&'a Entry>,
 }
 
+impl<'a> Dep<'a> {
+    /// A settled dependency as readiness sees it.
+    pub fn of(entry: &'a Entry) -> Dep<'a> {
+        Dep {
+            status: entry.status,
+            mapped: entry.is_mapped(),
+            entry: Some(entry),
+        }
+    }
+}
+
 /// Why dispatch has stopped, as far as readiness cares.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Halt {
@@ -181,12 +192,7 @@ pub fn contributes(join: Join, dep: &Dep<'_>) -> bool {
 /// the settled entry itself under `settled`; the output directly (for a mapped node, its fold
 /// object) under `all`/`passed`. An optional dependency that was not taken gives no entry.
 pub fn input_value(join: Join, entry: &Entry) -> Option<Value> {
-    let dep = Dep {
-        status: entry.status,
-        mapped: entry.is_mapped(),
-        entry: Some(entry),
-    };
-    if !contributes(join, &dep) {
+    if !contributes(join, &Dep::of(entry)) {
         return None;
     }
     Some(match join {
