@@ -137,6 +137,12 @@ pub enum GraphErrorKind {
         origin: String,
         problem: String,
     },
+    /// A pick's source list could not be offered when the request opens.
+    #[error("question `{question}`: {problem}")]
+    BadPick { question: String, problem: String },
+    /// A person's answer breaks C-HUMAN-DECISION (the orchestrator should have refused it).
+    #[error("human answer: {0}")]
+    BadHumanAnswer(String),
 }
 
 /// The JSON type of a value, for messages.

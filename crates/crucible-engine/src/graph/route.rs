@@ -452,6 +452,155 @@ pub fn from_model(
     Ok(answers)
 }
 
+/// The values a pick offers, read when the request opens (RFC-0002:C-HUMAN-DECISION): a
+/// non-empty list of strings in the output of a passing dependency; otherwise the route fails
+/// naming the source.
+pub fn pick_values(
+    route: &str,
+    id: &str,
+    question: &Question,
+    deps: &BTreeMap<String, Entry>,
+) -> Result<Vec<String>, GraphError> {
+    let source = question
+        .source
+        .as_ref()
+        .expect("pick_values is called for a pick");
+    let fail = |problem: String| {
+        GraphError::new(
+            route,
+            GraphErrorKind::BadPick {
+                question: id.to_string(),
+                problem,
+            },
+        )
+    };
+    let values = super::fanout::source_list(source, deps.get(&source.task))
+        .map_err(|kind| fail(kind.to_string()))?;
+    if values.is_empty() {
+        return Err(fail(format!("source `{source}` is an empty list")));
+    }
+    Ok(values)
+}
+
+/// What a person decided, or that the request expired (RFC-0002:C-HUMAN-DECISION).
+#[derive(Clone, Debug, PartialEq)]
+pub enum HumanDecision {
+    Answered {
+        principal: String,
+        /// RFC 3339.
+        time: String,
+        /// The evidence digest the answer names.
+        digest: String,
+        note: Option<String>,
+        /// Question id → the chosen labels or picked values, in the order given.
+        answers: BTreeMap<String, Vec<String>>,
+    },
+    Expired {
+        time: String,
+        digest: String,
+    },
+}
+
+/// The key a human-decided route's output records its decision under.
+pub const DECISION: &str = "decision";
+/// The decision outcome of a request that expired unanswered.
+pub const EXPIRED: &str = "expired";
+/// The decision outcome of an answered request.
+pub const ANSWERED: &str = "answered";
+
+/// A human-decided route's output (RFC-0002:C-HUMAN-DECISION): each noul, choice or score as
+/// the label with probability 1 (a multiple choice also lists every chosen label under `labels`,
+/// the first being the resolved one; a score adds its position score), each pick as the list
+/// of values picked, and the decision record under `decision`. An expired request records every
+/// question `uncertain` and every pick an empty list. `offered` holds each pick's values as
+/// the request offered them.
+pub fn human_output(
+    route: &str,
+    spec: &RouteSpec,
+    decision: &HumanDecision,
+    offered: &BTreeMap<String, Vec<String>>,
+) -> Result<Value, GraphError> {
+    let bad = |m: String| GraphError::new(route, GraphErrorKind::BadHumanAnswer(m));
+    let mut out = Map::new();
+    let answers = match decision {
+        HumanDecision::Answered { answers, .. } => Some(answers),
+        HumanDecision::Expired { .. } => None,
+    };
+    if let Some(extra) = answers.and_then(|a| a.keys().find(|k| !spec.questions.contains_key(*k))) {
+        return Err(bad(format!(
+            "an answer for undeclared question {}",
+            Shown(extra)
+        )));
+    }
+    for (id, q) in &spec.questions {
+        let Some(chosen) = answers.map(|a| a.get(id).map(Vec::as_slice).unwrap_or(&[])) else {
+            let v = match q.kind {
+                QuestionKind::Pick => json!([]),
+                _ => Answer::uncertain(q, ASKED_AS_SCORE).to_value(),
+            };
+            out.insert(id.clone(), v);
+            continue;
+        };
+        let mut seen = HashSet::new();
+        if let Some(dup) = chosen.iter().find(|c| !seen.insert(c.as_str())) {
+            return Err(bad(format!("question `{id}`: {} chosen twice", Shown(dup))));
+        }
+        let allowed: Vec<&str> = match q.kind {
+            QuestionKind::Pick => offered
+                .get(id)
+                .map(|v| v.iter().map(String::as_str).collect())
+                .unwrap_or_default(),
+            _ => q.labels.iter().map(|l| l.value.as_str()).collect(),
+        };
+        if let Some(other) = chosen.iter().find(|c| !allowed.contains(&c.as_str())) {
+            return Err(bad(format!(
+                "question `{id}`: {} is not one of its options",
+                Shown(other)
+            )));
+        }
+        match (chosen.len(), q.multiple) {
+            (0, _) => return Err(bad(format!("question `{id}`: no answer"))),
+            (1, _) | (_, true) => {}
+            (n, false) => return Err(bad(format!("question `{id}`: {n} answers, one allowed"))),
+        }
+        if q.kind == QuestionKind::Pick {
+            out.insert(id.clone(), json!(chosen));
+            continue;
+        }
+        let label = chosen[0].clone();
+        let scored = (q.kind == QuestionKind::Score).then(|| {
+            let pos = q.labels.iter().position(|l| l.value == label).unwrap_or(0);
+            (Some(position_score(pos, q.labels.len())), ASKED_AS_SCORE)
+        });
+        let answer = Answer {
+            probabilities: chosen.iter().map(|c| (c.clone(), 1.0)).collect(),
+            label,
+            confidence: 1.0,
+            scored,
+            options: None,
+        };
+        let mut v = answer.to_value();
+        if q.multiple {
+            v["labels"] = json!(chosen);
+        }
+        out.insert(id.clone(), v);
+    }
+    let record = match decision {
+        HumanDecision::Answered {
+            principal,
+            time,
+            digest,
+            note,
+            ..
+        } => json!({"outcome": ANSWERED, "principal": principal, "time": time,
+                    "digest": digest, "note": note}),
+        HumanDecision::Expired { time, digest } => json!({"outcome": EXPIRED, "principal": null,
+                    "time": time, "digest": digest, "note": null}),
+    };
+    out.insert(DECISION.to_string(), record);
+    Ok(Value::Object(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -845,6 +994,149 @@ mod tests {
         assert_eq!(
             body["questions"]["risky"],
             json!({"instructions": "Noul?", "type": "noul"})
+        );
+    }
+    fn human_spec() -> RouteSpec {
+        let mut pick = q(QuestionKind::Pick, &[]);
+        pick.source = FieldRef::parse("scan.jobs");
+        pick.multiple = true;
+        let mut multi = q(QuestionKind::Choice, &["a", "b", "c"]);
+        multi.multiple = true;
+        RouteSpec {
+            questions: BTreeMap::from([
+                ("go".into(), q(QuestionKind::Noul, &["yes", "no"])),
+                ("tags".into(), multi),
+                ("size".into(), q(QuestionKind::Score, &["s", "m", "l"])),
+                ("jobs".into(), pick),
+            ]),
+            min_confidence: None,
+            source: None,
+            human: true,
+            review: None,
+            files: Vec::new(),
+        }
+    }
+
+    fn answered(answers: &[(&str, &[&str])]) -> HumanDecision {
+        HumanDecision::Answered {
+            principal: "user:ann".into(),
+            time: "2026-11-30T00:00:00Z".into(),
+            digest: "sha256:ab".into(),
+            note: None,
+            answers: answers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                .collect(),
+        }
+    }
+
+    // RFC-0002:C-HUMAN-DECISION — output shape of an answered request.
+    #[test]
+    fn human_answer_output() {
+        let offered = BTreeMap::from([("jobs".to_string(), vec!["j1".into(), "j2".into()])]);
+        let got = human_output(
+            "gate",
+            &human_spec(),
+            &answered(&[
+                ("go", &["no"]),
+                ("tags", &["c", "a"]),
+                ("size", &["l"]),
+                ("jobs", &["j2"]),
+            ]),
+            &offered,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "go": {"label": "no", "confidence": 1.0, "probabilities": {"no": 1.0}},
+                "tags": {"label": "c", "labels": ["c", "a"], "confidence": 1.0,
+                         "probabilities": {"a": 1.0, "c": 1.0}},
+                "size": {"label": "l", "confidence": 1.0, "probabilities": {"l": 1.0},
+                         "score": 1.0, "asked_as": "score"},
+                "jobs": ["j2"],
+                "decision": {"outcome": "answered", "principal": "user:ann",
+                             "time": "2026-11-30T00:00:00Z", "digest": "sha256:ab", "note": null},
+            })
+        );
+    }
+
+    // RFC-0002:C-HUMAN-DECISION — an expired request records uncertain and empty picks.
+    #[test]
+    fn human_expiry_output() {
+        let got = human_output(
+            "gate",
+            &human_spec(),
+            &HumanDecision::Expired {
+                time: "t".into(),
+                digest: "d".into(),
+            },
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(got["go"]["label"], json!("uncertain"));
+        assert_eq!(got["go"]["probabilities"], json!({}));
+        assert_eq!(got["size"]["score"], Value::Null);
+        assert_eq!(got["jobs"], json!([]));
+        assert_eq!(got["decision"]["principal"], Value::Null);
+        assert_eq!(got["decision"]["outcome"], json!("expired"));
+    }
+
+    #[test]
+    fn human_answers_outside_the_rules_are_refused() {
+        let offered = BTreeMap::from([("jobs".to_string(), vec!["j1".into()])]);
+        let ok: &[(&str, &[&str])] = &[("tags", &["a"]), ("size", &["s"]), ("jobs", &["j1"])];
+        let table: Vec<(&str, &[&str], &str)> = vec![
+            (
+                "go",
+                &["uncertain"],
+                "question `go`: \"uncertain\" is not one of its options",
+            ),
+            (
+                "go",
+                &["yes", "no"],
+                "question `go`: 2 answers, one allowed",
+            ),
+            ("go", &[], "question `go`: no answer"),
+            ("go", &["yes", "yes"], "question `go`: \"yes\" chosen twice"),
+        ];
+        for (id, vals, want) in table {
+            let mut a = ok.to_vec();
+            a.push((id, vals));
+            let e = human_output("gate", &human_spec(), &answered(&a), &offered).unwrap_err();
+            assert_eq!(e.note(), format!("human answer: {want}"));
+        }
+        let mut a = ok.to_vec();
+        a.push(("go", &["yes"]));
+        a[2] = ("jobs", &["j9"]);
+        let e = human_output("gate", &human_spec(), &answered(&a), &offered).unwrap_err();
+        assert_eq!(
+            e.note(),
+            "human answer: question `jobs`: \"j9\" is not one of its options"
+        );
+    }
+
+    // RFC-0002:C-HUMAN-DECISION — a pick's source must hold a non-empty list of strings.
+    #[test]
+    fn pick_values_from_a_passing_source() {
+        let s = human_spec();
+        let jobs = &s.questions["jobs"];
+        let deps = |v: Value| BTreeMap::from([("scan".to_string(), pass(json!({ "jobs": v })))]);
+        assert_eq!(
+            pick_values("gate", "jobs", jobs, &deps(json!(["x", "y"]))).unwrap(),
+            ["x", "y"]
+        );
+        assert_eq!(
+            pick_values("gate", "jobs", jobs, &deps(json!([])))
+                .unwrap_err()
+                .note(),
+            "question `jobs`: source `scan.jobs` is an empty list"
+        );
+        assert_eq!(
+            pick_values("gate", "jobs", jobs, &BTreeMap::new())
+                .unwrap_err()
+                .note(),
+            "question `jobs`: source `scan.jobs` is absent: `scan` settled blocked, not pass"
         );
     }
 }
