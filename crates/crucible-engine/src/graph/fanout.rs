@@ -242,6 +242,88 @@ pub fn unexpanded(status: Status, note: Option<String>) -> Entry {
     }
 }
 
+/// The run's spend as the cost ceiling sees it (RFC-0002:C-PLAYBOOK-BUDGET): settled spend plus
+/// what attempts in flight have reported so far.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spend {
+    pub settled: f64,
+    pub in_flight: f64,
+    pub max_cost: f64,
+}
+
+impl Spend {
+    pub fn reached(&self) -> bool {
+        self.settled + self.in_flight >= self.max_cost
+    }
+}
+
+/// What to do with the next lane of a fan-out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lane {
+    /// Dispatch this instance now.
+    Start(Instance),
+    /// Settle this instance blocked on the cost ceiling without dispatch.
+    Blocked(Instance),
+    /// The width is full: wait for a lane to settle.
+    Wait,
+    /// Every lane has started or been blocked, and none is in flight.
+    Done,
+}
+
+/// Admits a mapped node's lanes one at a time under a bounded width, each a dispatch of its
+/// own for the cost ceiling (RFC-0002:C-PLAYBOOK-BUDGET). Once the ceiling refuses a lane,
+/// every later lane that can spend is refused, even if an in-flight figure later settles lower.
+#[derive(Clone, Debug)]
+pub struct Lanes {
+    pending: std::collections::VecDeque<Instance>,
+    width: usize,
+    in_flight: usize,
+    can_spend: bool,
+}
+
+impl Lanes {
+    /// `width` is at least 1; `can_spend` is the mapped task's [`Task::can_spend`].
+    pub fn new(instances: Vec<Instance>, width: usize, can_spend: bool) -> Lanes {
+        Lanes {
+            pending: instances.into(),
+            width: width.max(1),
+            in_flight: 0,
+            can_spend,
+        }
+    }
+
+    /// The next lane decision. `refused` is the run's sticky "the cost ceiling refused a
+    /// dispatch" flag: set here when this call refuses, and honoured when already set.
+    pub fn next(&mut self, spend: Spend, refused: &mut bool) -> Lane {
+        if self.pending.is_empty() {
+            return if self.in_flight == 0 {
+                Lane::Done
+            } else {
+                Lane::Wait
+            };
+        }
+        if self.can_spend && (*refused || spend.reached()) {
+            *refused = true;
+            let inst = self.pending.pop_front().expect("checked non-empty");
+            return Lane::Blocked(inst);
+        }
+        if self.in_flight >= self.width {
+            return Lane::Wait;
+        }
+        self.in_flight += 1;
+        Lane::Start(self.pending.pop_front().expect("checked non-empty"))
+    }
+
+    /// One started lane settled.
+    pub fn settled(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,5 +556,62 @@ mod tests {
         let e = unexpanded(Status::Fail, Some("source absent".into()));
         assert_eq!(e.per_instance, Some(BTreeMap::new()));
         assert_eq!(e.to_value()["output"], Value::Null);
+    }
+    fn lanes(n: usize, width: usize, can_spend: bool) -> Lanes {
+        let task = mapped(0, &[]);
+        let inst = expand(&task, &deps(passing(json!({"items": items(n)})))).unwrap();
+        Lanes::new(inst, width, can_spend)
+    }
+
+    fn spend(total: f64) -> Spend {
+        Spend {
+            settled: total,
+            in_flight: 0.0,
+            max_cost: 1.0,
+        }
+    }
+
+    // RFC-0002:C-PLAYBOOK-BUDGET — lanes start one at a time under the width.
+    #[test]
+    fn lanes_respect_the_width() {
+        let mut l = lanes(3, 2, true);
+        let mut refused = false;
+        assert!(matches!(l.next(spend(0.0), &mut refused), Lane::Start(i) if i.key == "i0"));
+        assert!(matches!(l.next(spend(0.0), &mut refused), Lane::Start(i) if i.key == "i1"));
+        assert_eq!(l.next(spend(0.0), &mut refused), Lane::Wait);
+        l.settled();
+        assert!(matches!(l.next(spend(0.0), &mut refused), Lane::Start(i) if i.key == "i2"));
+        assert_eq!(l.next(spend(0.0), &mut refused), Lane::Wait);
+        l.settled();
+        l.settled();
+        assert_eq!(l.next(spend(0.0), &mut refused), Lane::Done);
+        assert!(!refused);
+    }
+
+    // RFC-0002:C-PLAYBOOK-BUDGET — in-flight spend counts; a refusal is sticky even when the
+    // in-flight figure later settles lower; a lane that cannot spend is never held.
+    #[test]
+    fn the_ceiling_refuses_later_lanes_for_good() {
+        let mut l = lanes(3, 3, true);
+        let mut refused = false;
+        assert!(matches!(l.next(spend(0.5), &mut refused), Lane::Start(_)));
+        let in_flight = Spend {
+            settled: 0.5,
+            in_flight: 0.5,
+            max_cost: 1.0,
+        };
+        assert!(matches!(l.next(in_flight, &mut refused), Lane::Blocked(i) if i.key == "i1"));
+        assert!(refused);
+        assert!(matches!(l.next(spend(0.1), &mut refused), Lane::Blocked(i) if i.key == "i2"));
+        assert_eq!(l.next(spend(0.1), &mut refused), Lane::Wait);
+        l.settled();
+        assert_eq!(l.next(spend(0.1), &mut refused), Lane::Done);
+
+        let mut free = lanes(2, 1, false);
+        let mut refused = true;
+        assert!(matches!(
+            free.next(spend(5.0), &mut refused),
+            Lane::Start(_)
+        ));
     }
 }

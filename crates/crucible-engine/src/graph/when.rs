@@ -257,6 +257,10 @@ mod tests {
         assert!(!runs(&when(&["no"]), &yes, None));
         // otherwise = every unlisted, undropped answer, `uncertain` included.
         assert!(runs(&when(&["no", "uncertain"]), &unc, None));
+        // drop: an answer no when lists leads nowhere; every when-task is not taken.
+        let dropped = route_entry("risky", "no");
+        assert!(!runs(&when(&["yes"]), &dropped, None));
+        assert!(!runs(&when(&["uncertain"]), &dropped, None));
         // A route that did not pass gave no answer.
         assert!(!runs(&when(&["yes"]), &failed, None));
         // A question the output does not carry gave no answer either.
