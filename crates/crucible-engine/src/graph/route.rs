@@ -103,6 +103,14 @@ fn refuse_human_only(route: &str, id: &str, q: &Question) -> Result<(), GraphErr
     ))
 }
 
+/// A question's declared labels; a noul's are always `yes` and `no`.
+fn declared(q: &Question) -> Vec<&str> {
+    match q.kind {
+        QuestionKind::Noul => vec!["yes", "no"],
+        _ => q.labels.iter().map(|l| l.value.as_str()).collect(),
+    }
+}
+
 /// A score from a level's position: 0 for the lowest, 1 for the highest.
 fn position_score(index: usize, levels: usize) -> f64 {
     index as f64 / (levels - 1) as f64
@@ -145,7 +153,7 @@ pub fn from_source(
                 answers.insert(id.clone(), Answer::uncertain(q, ASKED_AS_SCORE));
                 continue;
             }
-            (_, Value::String(s)) if q.labels.iter().any(|l| &l.value == s) => s.clone(),
+            (_, Value::String(s)) if declared(q).contains(&s.as_str()) => s.clone(),
             (_, other) => {
                 return Err(fail(GraphErrorKind::NotALabel {
                     question: id.clone(),
@@ -550,7 +558,7 @@ pub fn human_output(
                 .get(id)
                 .map(|v| v.iter().map(String::as_str).collect())
                 .unwrap_or_default(),
-            _ => q.labels.iter().map(|l| l.value.as_str()).collect(),
+            _ => declared(q),
         };
         if let Some(other) = chosen.iter().find(|c| !allowed.contains(&c.as_str())) {
             return Err(bad(format!(
