@@ -638,7 +638,8 @@ mod tests {
     fn spec() -> RouteSpec {
         RouteSpec {
             questions: BTreeMap::from([
-                ("risky".into(), q(QuestionKind::Noul, &["yes", "no"])),
+                // A noul answers yes/no whether or not the plan spells its labels.
+                ("risky".into(), q(QuestionKind::Noul, &[])),
                 (
                     "area".into(),
                     q(QuestionKind::Choice, &["docs", "code", "infra"]),
