@@ -527,4 +527,89 @@ mod tests {
         assert_eq!(readiness(&cmd, &d, &early), Readiness::Unsettled);
         assert_eq!(readiness(&epi, &d, &early), Readiness::Dispatch);
     }
+
+    /// Settles every task of `tasks` (in order, repeatedly) as readiness says, with each
+    /// dispatched task passing; returns the final statuses. Stands in for the coordinator.
+    fn settle_all(tasks: &[Task], gate: Entry) -> BTreeMap<String, Status> {
+        let mut entries = BTreeMap::from([("gate".to_string(), gate)]);
+        loop {
+            let mut progressed = false;
+            for t in tasks {
+                if entries.contains_key(&t.name) {
+                    continue;
+                }
+                let deps: BTreeMap<String, Dep> = entries
+                    .iter()
+                    .map(|(n, e)| (n.clone(), Dep::of(e)))
+                    .collect();
+                let status = match readiness(t, &deps, &Halt::default()) {
+                    Readiness::Wait => continue,
+                    Readiness::Dispatch => Status::Pass,
+                    Readiness::NotTaken => Status::NotTaken,
+                    Readiness::Blocked(..) => Status::Blocked,
+                    Readiness::Unsettled => unreachable!("no early completion here"),
+                };
+                entries.insert(
+                    t.name.clone(),
+                    Entry::new(status, None, Some(json!({})), false),
+                );
+                progressed = true;
+            }
+            if !progressed {
+                return entries.into_iter().map(|(n, e)| (n, e.status)).collect();
+            }
+        }
+    }
+
+    // DSL when/optional/join — an all-join chain goes not_taken with its branch, optional
+    // dispatches past it, and passed/settled joins rejoin the branches.
+    #[test]
+    fn branches_chain_and_rejoin() {
+        let mut yes = task(Join::All, &["gate"]);
+        yes.name = "yes_branch".into();
+        yes.when = Some(when(&["yes"]));
+        let mut no = task(Join::All, &["gate"]);
+        no.name = "no_branch".into();
+        no.when = Some(when(&["no", "uncertain"])); // otherwise
+        let mut chain1 = task(Join::All, &["no_branch"]);
+        chain1.name = "chain1".into();
+        let mut chain2 = task(Join::All, &["chain1"]);
+        chain2.name = "chain2".into();
+        let mut opt = task(Join::All, &["no_branch", "yes_branch"]);
+        opt.name = "opt".into();
+        opt.optional = vec!["no_branch".into()];
+        let mut rejoin = task(Join::Passed, &["yes_branch", "chain2"]);
+        rejoin.name = "rejoin".into();
+        let mut settled = task(Join::Settled, &["yes_branch", "chain2"]);
+        settled.name = "settled".into();
+        let tasks = [settled, rejoin, opt, chain2, chain1, no, yes];
+
+        let got = settle_all(&tasks, route_entry("risky", "yes"));
+        use Status::*;
+        let want = [
+            ("yes_branch", Pass),
+            ("no_branch", NotTaken),
+            ("chain1", NotTaken),
+            ("chain2", NotTaken),
+            ("opt", Pass),
+            ("rejoin", Pass),
+            ("settled", Pass),
+        ];
+        for (name, status) in want {
+            assert_eq!(got[name], status, "{name}");
+        }
+
+        let got = settle_all(&tasks, route_entry("risky", "uncertain"));
+        let want = [
+            ("yes_branch", NotTaken),
+            ("no_branch", Pass),
+            ("chain2", Pass),
+            ("opt", NotTaken), // yes_branch is not optional
+            ("rejoin", Pass),
+            ("settled", Pass),
+        ];
+        for (name, status) in want {
+            assert_eq!(got[name], status, "{name}");
+        }
+    }
 }
