@@ -1148,4 +1148,47 @@ mod tests {
             "question `jobs`: source `scan.jobs` is absent: `scan` settled blocked, not pass"
         );
     }
+    // DSL route over/keyed — a mapped source route decides each item from its own keyed entry;
+    // a task mapped over the same list then reads each item's answer.
+    #[test]
+    fn a_mapped_source_route_end_to_end() {
+        use crate::graph::{fanout, when};
+        use crucible_plan::{Join, Task, TaskKind, When};
+        let mut gate = Task::new("gate", TaskKind::Route);
+        gate.depends_on = vec!["find".into(), "triage".into()];
+        gate.over = FieldRef::parse("find.items");
+        gate.keyed = vec![FieldRef::parse("triage.risky").unwrap()];
+        let spec = RouteSpec {
+            questions: BTreeMap::from([("risky".into(), q(QuestionKind::Noul, &[]))]),
+            ..spec()
+        };
+        let triage = json!({"risky": {"a": true, "b": false}});
+        let deps = BTreeMap::from([
+            ("find".to_string(), pass(json!({"items": ["a", "b"]}))),
+            ("triage".to_string(), pass(triage.clone())),
+        ]);
+        let mut settled = Vec::new();
+        for inst in fanout::expand(&gate, &deps).unwrap() {
+            let mut inputs = Map::from_iter([("triage".to_string(), triage.clone())]);
+            inst.apply(&mut inputs, Join::All);
+            let answers = from_source(&inst.name, &spec, &pass(inputs["triage"].clone())).unwrap();
+            settled.push((inst.key.clone(), pass(output(answers))));
+        }
+        let node = fanout::fold(settled);
+        assert_eq!(
+            node.output.as_ref().unwrap()["b"]["risky"]["label"],
+            json!("no")
+        );
+        let mut fix = Task::new("fix", TaskKind::Command);
+        fix.depends_on = vec!["find".into(), "gate".into()];
+        fix.over = FieldRef::parse("find.items");
+        fix.when = Some(When {
+            route: "gate".into(),
+            question: "risky".into(),
+            answers: vec!["yes".into()],
+        });
+        let view = BTreeMap::from([("gate".to_string(), when::Dep::of(&node))]);
+        assert!(when::instance_runs(&fix, "a", &view));
+        assert!(!when::instance_runs(&fix, "b", &view));
+    }
 }

@@ -176,6 +176,18 @@ fn join_decision(task: &Task, deps: &[(&str, Dep<'_>)]) -> Option<Readiness> {
     }
 }
 
+/// Whether one instance of a mapped task runs: its `when` read per item when the route is
+/// mapped over the same list; otherwise the node-level [`readiness`] already decided.
+pub fn instance_runs(task: &Task, key: &str, deps: &BTreeMap<String, Dep<'_>>) -> bool {
+    let Some(when) = &task.when else {
+        return true;
+    };
+    match deps.get(&when.route) {
+        Some(route) if route.mapped => route.entry.is_some_and(|e| runs(when, e, Some(key))),
+        _ => true,
+    }
+}
+
 /// Whether a dependency gives a task joining `join` an input entry (RFC-0002:C-SETTLED-JOIN):
 /// every dependency under `settled`; under `all`/`passed` one that passed, or a mapped node that
 /// was dispatched, whose fold reaches its consumer whatever its status.
@@ -460,6 +472,12 @@ mod tests {
             },
         )]);
         assert_eq!(readiness(&t, &d, &Halt::default()), Readiness::Dispatch);
+        assert!(!instance_runs(&t, "x", &d));
+        t.when = Some(when(&["no"]));
+        assert!(instance_runs(&t, "x", &d));
+        assert!(!instance_runs(&t, "absent", &d));
+        t.when = None;
+        assert!(instance_runs(&t, "x", &d));
     }
 
     // RFC-0002:C-SETTLED-JOIN, C-PLAYBOOK-BUDGET, C-PLAYBOOK-LANE — halts.
