@@ -109,20 +109,23 @@ pub enum Readiness {
 /// For a mapped task whose `when` reads a route mapped over the same list, the node dispatches
 /// (expands) and each instance's `when` is decided with [`runs`] and its key.
 pub fn readiness(task: &Task, deps: &BTreeMap<String, Dep<'_>>, halt: &Halt) -> Readiness {
+    // After early completion a main-graph task stays unsettled whatever halts the epilogue.
+    if halt.completed_early && !task.is_epilogue() {
+        return Readiness::Unsettled;
+    }
     if halt.wall_clock_exhausted {
         return Readiness::Blocked(BlockedReason::WallClockCeiling, None);
     }
     if halt.truncated {
         return Readiness::Blocked(BlockedReason::Truncated, None);
     }
-    if !task.is_epilogue() {
-        if halt.completed_early {
-            return Readiness::Unsettled;
-        }
-        // An epilogue task outlives a required failure; nothing else does.
-        if let Some(failed) = &halt.required_failed {
-            return Readiness::Blocked(BlockedReason::RequiredTaskFailed, Some(failed.clone()));
-        }
+    // An epilogue task outlives a required failure; nothing else does.
+    if let Some(failed) = halt
+        .required_failed
+        .as_ref()
+        .filter(|_| !task.is_epilogue())
+    {
+        return Readiness::Blocked(BlockedReason::RequiredTaskFailed, Some(failed.clone()));
     }
     let mut settled = Vec::with_capacity(task.depends_on.len());
     for name in &task.depends_on {
@@ -544,6 +547,17 @@ mod tests {
         };
         assert_eq!(readiness(&cmd, &d, &early), Readiness::Unsettled);
         assert_eq!(readiness(&epi, &d, &early), Readiness::Dispatch);
+        // A ceiling during the epilogue does not turn an undispatched main-graph task blocked.
+        let early_then_wall = Halt {
+            completed_early: true,
+            wall_clock_exhausted: true,
+            ..Halt::default()
+        };
+        assert_eq!(readiness(&cmd, &d, &early_then_wall), Readiness::Unsettled);
+        assert_eq!(
+            readiness(&epi, &d, &early_then_wall),
+            b(BlockedReason::WallClockCeiling, None)
+        );
     }
 
     /// Settles every task of `tasks` (in order, repeatedly) as readiness says, with each
