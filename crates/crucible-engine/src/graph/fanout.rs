@@ -14,13 +14,10 @@
 //!   blocked and not-taken instances are absent from it; their status is in `per_instance`.
 
 use super::{json_type, Entry, GraphError, GraphErrorKind, Shown};
-use crucible_plan::vocab::{ceilings, RESERVED_INPUTS};
+use crucible_plan::vocab::{ceilings, inputs::ITEM};
 use crucible_plan::{FieldRef, Join, Status, Task};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashSet};
-
-/// The reserved input carrying an instance's key.
-pub const ITEM: &str = "item";
 
 /// An instance's row and set name: the node's name with the key, raw, in brackets.
 pub fn instance_name(node: &str, key: &str) -> String {
@@ -51,7 +48,6 @@ impl Instance {
     /// dependency inputs with this item's entry. `inputs` is the node's inputs object as its
     /// join builds it: outputs directly under `all`/`passed`, entries under `settled`.
     pub fn apply(&self, inputs: &mut Map<String, Value>, join: Join) {
-        debug_assert!(RESERVED_INPUTS.contains(&ITEM));
         for field in &self.keyed {
             let Some(dep) = inputs.get_mut(&field.task) else {
                 continue; // no entry for this producer under this join

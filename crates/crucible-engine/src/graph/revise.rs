@@ -20,9 +20,6 @@ use crucible_plan::{Ceiling, Plan, Status, Task};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The reserved input a target receives from round 2 on.
-pub const REVISION: &str = "revision";
-
 /// A round row's name: the task followed by `[round-N]`.
 pub fn round_name(task: &str, round: u32) -> String {
     format!("{task}[round-{round}]")
@@ -244,8 +241,9 @@ impl LoopRun {
         view
     }
 
-    /// The `revision` input for `task` this round: targets from round 2 only, never the
-    /// reviewer. `files` says whether the reviewer's failing round's set was staged for it.
+    /// The `revision` input ([`crucible_plan::vocab::inputs::REVISION`]) for `task` this round:
+    /// targets from round 2 only, never the reviewer. `files` says whether the reviewer's
+    /// failing round's set was staged for it.
     pub fn revision_for(&self, task: &str, files: bool) -> Option<Value> {
         if self.round < 2 || !self.lp.is_target(task) {
             return None;
