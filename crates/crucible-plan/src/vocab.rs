@@ -169,8 +169,27 @@ impl Default for Stage {
 /// Input keys the engine writes beside the dependency entries; no dependency may take one of
 /// these names (RFC-0002:C-SETTLED-JOIN).
 pub const RESERVED_INPUTS: &[&str] = &[
-    "params", "outcome", "revision", "history", "item", "kept", "files",
+    inputs::PARAMS,
+    inputs::OUTCOME,
+    inputs::REVISION,
+    inputs::HISTORY,
+    inputs::ITEM,
+    inputs::KEPT,
+    inputs::FILES,
 ];
+
+/// Each reserved input's name, for the code that writes it.
+pub mod inputs {
+    pub const PARAMS: &str = "params";
+    pub const OUTCOME: &str = "outcome";
+    /// A revise target's round context (RFC-0002:C-REVISE-LOOP).
+    pub const REVISION: &str = "revision";
+    pub const HISTORY: &str = "history";
+    /// A mapped instance's key.
+    pub const ITEM: &str = "item";
+    pub const KEPT: &str = "kept";
+    pub const FILES: &str = "files";
+}
 
 /// Output fields the engine reads out of a task's own JSON object.
 pub const RESERVED_OUTPUT_FIELDS: &[&str] = &["status", "note", "complete", "reason"];
