@@ -54,7 +54,7 @@ struct Report {
 /// What every attempt shares, read-only.
 struct Ctx {
     ws: PathBuf,
-    memory: PathBuf,
+    memory: Arc<git::Memory>,
     run_dir: PathBuf,
     max_secs: u64,
     run_deadline: Instant,
@@ -202,7 +202,7 @@ pub async fn execute(
     let agent = &req.manifest.manifest.agent;
     let ctx = Arc::new(Ctx {
         ws,
-        memory,
+        memory: Arc::new(git::Memory::open(&memory).map_err(state_err("git memory"))?),
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,
@@ -708,6 +708,8 @@ impl Coord<'_> {
                 )),
             );
         }
+        // Disposable worktrees whose removal had not finished yet.
+        let _ = std::fs::remove_dir_all(self.ctx.run_dir.join("worktrees"));
         let elapsed = self.started.elapsed().as_secs_f64();
         let spent = self.spent;
         let mut file = self.writer.finish().map_err(state_err("session log"))?;
@@ -887,7 +889,7 @@ async fn attempt(
                 .join("worktrees")
                 .join(format!("{stem}-{}", report.attempts));
             let (memory, d) = (ctx.memory.clone(), dir.clone());
-            let made = tokio::task::spawn_blocking(move || git::checkout_to(&memory, &d))
+            let made = tokio::task::spawn_blocking(move || memory.checkout_to(&d))
                 .await
                 .expect("checkout does not panic");
             if let Err(e) = made {
@@ -965,7 +967,7 @@ async fn attempt(
         declared_completion(task, main, &mut report);
         if !task.isolated && !report.stopped && report.graded.status == Status::Pass {
             let (memory, name) = (ctx.memory.clone(), task.name.clone());
-            let committed = tokio::task::spawn_blocking(move || git::commit_task(&memory, &name))
+            let committed = tokio::task::spawn_blocking(move || memory.commit_task(&name))
                 .await
                 .expect("commit does not panic");
             if let Err(e) = committed {
@@ -1057,15 +1059,13 @@ fn declared_completion(task: &Task, main: bool, report: &mut Report) {
     }
 }
 
-/// Discards a shared task's uncommitted changes, or removes an isolated task's worktree.
+/// Discards a shared task's uncommitted changes (before the next shared task may start), or
+/// removes an isolated task's worktree off the critical path (`finish` sweeps what is left).
 async fn cleanup(ctx: &Ctx, task: &Task, cwd: &std::path::Path) {
-    let (memory, cwd, isolated) = (ctx.memory.clone(), cwd.to_path_buf(), task.isolated);
-    let _ = tokio::task::spawn_blocking(move || {
-        if isolated {
-            let _ = std::fs::remove_dir_all(&cwd);
-        } else {
-            let _ = git::discard(&memory);
-        }
-    })
-    .await;
+    let (memory, cwd) = (ctx.memory.clone(), cwd.to_path_buf());
+    if task.isolated {
+        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&cwd));
+    } else {
+        let _ = tokio::task::spawn_blocking(move || memory.discard()).await;
+    }
 }

@@ -276,10 +276,37 @@ fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oi
     Ok(Some(oid))
 }
 
-/// Commits a passing task's changes as `task <name>` and records them as its commit set.
-pub fn commit_task(memory: &Path, task: &str) -> Result<Option<Oid>, GitError> {
-    let repo = Repository::open(memory).map_err(gerr("cannot open git memory"))?;
-    let oid = commit_all(&repo, &format!("task {task}"), false)?;
+/// The run's git memory, opened once: every task's git work goes through this one handle (one
+/// at a time), so no task pays for reopening the repository.
+pub struct Memory(std::sync::Mutex<Repository>);
+
+impl Memory {
+    pub fn open(path: &Path) -> Result<Memory, GitError> {
+        let repo = Repository::open(path).map_err(gerr("cannot open git memory"))?;
+        Ok(Memory(std::sync::Mutex::new(repo)))
+    }
+
+    fn repo(&self) -> std::sync::MutexGuard<'_, Repository> {
+        // A panic mid-operation leaves nothing half-done in memory that the next one relies on.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits a passing task's changes as `task <name>` and records them as its commit set.
+    pub fn commit_task(&self, task: &str) -> Result<Option<Oid>, GitError> {
+        commit_task(&self.repo(), task)
+    }
+
+    pub fn discard(&self) -> Result<(), GitError> {
+        discard(&self.repo())
+    }
+
+    pub fn checkout_to(&self, dir: &Path) -> Result<(), GitError> {
+        checkout_to(&self.repo(), dir)
+    }
+}
+
+fn commit_task(repo: &Repository, task: &str) -> Result<Option<Oid>, GitError> {
+    let oid = commit_all(repo, &format!("task {task}"), false)?;
     if let Some(oid) = oid {
         let name = task_ref(task);
         repo.reference(&name, oid, true, "task commit")
@@ -300,8 +327,7 @@ pub fn task_ref(task: &str) -> String {
 
 /// Throws away every uncommitted change in the work tree: tracked files back to HEAD, untracked
 /// files and directories removed (ignored ones are left, as `git clean -fd` leaves them).
-pub fn discard(memory: &Path) -> Result<(), GitError> {
-    let repo = Repository::open(memory).map_err(gerr("cannot open git memory"))?;
+fn discard(repo: &Repository) -> Result<(), GitError> {
     let head = repo
         .head()
         .and_then(|h| h.peel(git2::ObjectType::Commit))
@@ -331,8 +357,7 @@ pub fn discard(memory: &Path) -> Result<(), GitError> {
 }
 
 /// Writes HEAD's tree into `dir`: a disposable worktree for an isolated task.
-pub fn checkout_to(memory: &Path, dir: &Path) -> Result<(), GitError> {
-    let repo = Repository::open(memory).map_err(gerr("cannot open git memory"))?;
+fn checkout_to(repo: &Repository, dir: &Path) -> Result<(), GitError> {
     std::fs::create_dir_all(dir).map_err(ioerr(format!("{}", dir.display())))?;
     let tree = repo
         .head()
@@ -372,17 +397,18 @@ mod tests {
         let ws = workspace_path(&m).unwrap();
         let mem = d.join("memory");
         setup(&m, &ws, &mem).unwrap();
+        let memory = Memory::open(&mem).unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
             "seed"
         );
         std::fs::write(ws.join("a.txt"), "a").unwrap();
-        assert!(commit_task(&mem, "a").unwrap().is_some());
-        assert!(commit_task(&mem, "noop").unwrap().is_none());
+        assert!(memory.commit_task("a").unwrap().is_some());
+        assert!(memory.commit_task("noop").unwrap().is_none());
         std::fs::write(ws.join("seed.txt"), "changed").unwrap();
         std::fs::create_dir_all(ws.join("junk/deep")).unwrap();
         std::fs::write(ws.join("junk/deep/x"), "x").unwrap();
-        discard(&mem).unwrap();
+        memory.discard().unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
             "seed"
@@ -393,7 +419,7 @@ mod tests {
         assert_eq!(head.message(), Some("task a"));
         assert_eq!(head.author().name(), Some("crucible"));
         let iso = d.join("iso");
-        checkout_to(&mem, &iso).unwrap();
+        memory.checkout_to(&iso).unwrap();
         assert!(iso.join("a.txt").exists() && !iso.join(".git").exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
