@@ -6,6 +6,7 @@ mod support;
 mod agent;
 mod budget;
 mod caps;
+mod examples;
 mod io;
 mod lane;
 mod runs;

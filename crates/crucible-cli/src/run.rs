@@ -20,7 +20,10 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
     if args.resume {
         bail!("--resume is not available yet in this engine");
     }
-    let mut manifest = crucible_pack::load(&args.manifest)?;
+    // Absolute paths: tasks run in the workspace, and every path handed to them must hold there.
+    let manifest_path = std::path::absolute(&args.manifest)
+        .with_context(|| format!("{}", args.manifest.display()))?;
+    let mut manifest = crucible_pack::load(&manifest_path)?;
     manifest.workflow_type()?;
     let mut plan = load_plan(&manifest)?;
     apply_launch_settings(&mut plan, &mut manifest, &args.params)?;
@@ -28,10 +31,10 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
         Some(t) => Some(crucible_plan::duration::parse(t).map_err(|e| anyhow!("--max-time: {e}"))?),
         None => None,
     };
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| manifest.dir.join("state"));
+    let state_dir = match &args.state_dir {
+        Some(d) => std::path::absolute(d).with_context(|| format!("{}", d.display()))?,
+        None => manifest.dir.join("state"),
+    };
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

@@ -131,8 +131,10 @@ pub async fn execute(
     let run_deadline = started + Duration::from_secs(adm.max_secs);
     let ws = git::workspace_path(&req.manifest).map_err(refused("workspace"))?;
     let run_id = state::new_run_id();
-    let run_dir =
-        state::create_run_dir(&req.state_dir, &run_id).map_err(refused("state directory"))?;
+    // Tasks run elsewhere (the workspace, a worktree): every path they are given is absolute.
+    let ws = std::path::absolute(&ws).map_err(refused("workspace"))?;
+    let state_dir = std::path::absolute(&req.state_dir).map_err(refused("state directory"))?;
+    let run_dir = state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
     let memory = run_dir.join("memory");
     let base = {
         let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
@@ -164,7 +166,7 @@ pub async fn execute(
         started_at,
     };
     state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
-    state::write_current(&req.state_dir, &run_id).map_err(state_err("state/current"))?;
+    state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
     std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
     let mut file = log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
     let start = Event::Start(Start {
