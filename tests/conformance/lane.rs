@@ -333,3 +333,53 @@ fn workspace_from_a_repo_at_a_ref_with_injects() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.row("look")["output"], json!({"seen": "v1 injected made"}));
 }
+
+// Odd plans are refused before any dispatch with exit 1 and a message naming the problem, never
+// run halfway (the full validator lives in crucible-plan; these are the engine's own guards).
+#[test]
+fn odd_plans_are_refused_before_dispatch() {
+    let cases = [
+        (
+            format!(
+                "{}{}",
+                command("a", "echo '{}'", "depends_on = [\"b\"]"),
+                command("b", "echo '{}'", "depends_on = [\"a\"]")
+            ),
+            "cycle",
+        ),
+        (
+            command("a", "echo '{}'", "depends_on = [\"ghost\"]"),
+            "not a task",
+        ),
+        (
+            command("a", "echo '{}'", "emits = { complete = \"boolean\" }"),
+            "reserved output field",
+        ),
+        (
+            format!(
+                "{}{}",
+                command("a", "echo '{}'", ""),
+                command(
+                    "e",
+                    "echo '{}'",
+                    "stage = \"epilogue\"\ndepends_on = [\"a\"]"
+                )
+            ),
+            "receives the `outcome` input",
+        ),
+        (
+            command("a", "echo '{}'", "emits_files = [\"x.json\"]"),
+            "does not run yet",
+        ),
+    ];
+    for (body, needle) in cases {
+        let p = Pack::playbook(&format!(
+            "{body}\n{}",
+            command("marker", "touch \"$PACK/ran\"; echo '{}'", "")
+        ));
+        let r = p.run(&[]);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.stderr);
+        assert!(!p.path().join("ran").exists());
+    }
+}

@@ -257,6 +257,10 @@ pub async fn execute(
     };
     c.admission_rows();
     c.seed(Stage::Iteration);
+    // A stop that arrived during workspace setup ends the run before its first dispatch.
+    if stop.try_recv().is_ok() {
+        c.on_stop();
+    }
 
     let tick_every = c.observer.tick_interval();
     let mut ticker = tokio::time::interval(tick_every.unwrap_or(Duration::from_secs(3600)));

@@ -53,6 +53,22 @@ pub enum Abort {
     Stop,
 }
 
+/// `sh`, found on PATH once: resolving it on every spawn costs a failed exec per PATH entry
+/// ahead of it, on every task.
+fn shell() -> &'static Path {
+    static SH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    SH.get_or_init(|| {
+        std::env::var_os("PATH")
+            .and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join("sh"))
+                    .find(|p| p.is_file())
+            })
+            // Not found: spawning the bare name fails the same way a lookup would.
+            .unwrap_or_else(|| "sh".into())
+    })
+}
+
 /// How an attempt's process ended.
 #[derive(Debug)]
 pub enum Ended {
@@ -88,7 +104,7 @@ pub async fn run(
     deadline: Deadline,
     mut abort: watch::Receiver<Abort>,
 ) -> io::Result<Finished> {
-    let mut cmd = tokio::process::Command::new("sh");
+    let mut cmd = tokio::process::Command::new(shell());
     cmd.arg("-c")
         .arg(command)
         .current_dir(cwd)
