@@ -68,11 +68,18 @@ pub struct TurnSettings {
     pub session: Option<String>,
 }
 
-/// The environment the stand-in command gets: `CRUCIBLE_PROMPT`, `CRUCIBLE_HARNESS`,
-/// `CRUCIBLE_MODEL`, `CRUCIBLE_EFFORT` (each only when set) and `CRUCIBLE_AGENT_SESSION_ID` for a
-/// task in a session.
+/// The largest prompt passed in `CRUCIBLE_PROMPT`: Linux refuses any single environment string
+/// over 128 KiB, which would fail the spawn. A larger prompt is only in `CRUCIBLE_PROMPT_FILE`.
+pub const PROMPT_ENV_MAX: usize = 120 * 1024;
+
+/// The environment the stand-in command gets: `CRUCIBLE_PROMPT` (up to [`PROMPT_ENV_MAX`]),
+/// `CRUCIBLE_HARNESS`, `CRUCIBLE_MODEL`, `CRUCIBLE_EFFORT` (each only when set) and
+/// `CRUCIBLE_AGENT_SESSION_ID` for a task in a session.
 pub fn command_env(prompt: &str, settings: &TurnSettings) -> Vec<(String, String)> {
-    let mut env = vec![("CRUCIBLE_PROMPT".to_string(), prompt.to_string())];
+    let mut env = Vec::new();
+    if prompt.len() <= PROMPT_ENV_MAX {
+        env.push(("CRUCIBLE_PROMPT".to_string(), prompt.to_string()));
+    }
     let pairs = [
         ("CRUCIBLE_HARNESS", &settings.harness),
         ("CRUCIBLE_MODEL", &settings.model),
@@ -199,6 +206,8 @@ mod tests {
         );
         let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["CRUCIBLE_PROMPT", "CRUCIBLE_MODEL"]);
+        let huge = "x".repeat(PROMPT_ENV_MAX + 1);
+        assert!(command_env(&huge, &TurnSettings::default()).is_empty());
     }
 
     #[test]

@@ -266,6 +266,10 @@ pub async fn execute(
     let mut ticker = tokio::time::interval(tick_every.unwrap_or(Duration::from_secs(3600)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
+        // The ceiling may fall between two events (or during setup): never dispatch past it.
+        if !c.wall && !c.stopped && Instant::now() >= run_deadline {
+            c.on_wall();
+        }
         c.dispatch();
         if c.in_flight == 0 && c.pending.is_empty() {
             if !c.advance_phase() {
@@ -599,7 +603,10 @@ impl Coord<'_> {
         self.wall = true;
         let _ = self.abort.send(Abort::WallClock);
         for j in 0..self.tasks.len() {
-            if self.rows[j].is_none() && !self.dispatched[j] {
+            // Main tasks left undispatched by an early completion stay unsettled.
+            let completed_main =
+                self.completion.is_some() && self.task(j).stage == Stage::Iteration;
+            if self.rows[j].is_none() && !self.dispatched[j] && !completed_main {
                 let b = blocked(
                     self.task(j),
                     BlockedReason::WallClockCeiling,
