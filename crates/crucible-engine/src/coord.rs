@@ -74,6 +74,35 @@ struct Ctx {
     spend_blocked: Arc<AtomicBool>,
 }
 
+/// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
+/// or `Waiting`/`Ready` → `Settled` without a dispatch (blocked, skipped, truncated). A task
+/// still short of `Settled` when dispatch stops for good (early completion, operator stop)
+/// never settles and gets no row. The settled rows are the run's results: what a resumed run
+/// will fold its log back into.
+enum TaskState {
+    Waiting,
+    Ready,
+    Running,
+    Settled(Box<TaskResult>),
+}
+
+impl TaskState {
+    fn row(&self) -> Option<&TaskResult> {
+        match self {
+            TaskState::Settled(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn passed(&self) -> bool {
+        self.row().is_some_and(|r| r.status.is_pass())
+    }
+
+    fn undispatched(&self) -> bool {
+        matches!(self, TaskState::Waiting | TaskState::Ready)
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Main,
@@ -88,9 +117,8 @@ struct Coord<'o> {
     ctx: Arc<Ctx>,
     observer: &'o mut dyn Observer,
     writer: Writer,
-    rows: Vec<Option<TaskResult>>,
+    state: Vec<TaskState>,
     waiting: Vec<usize>,
-    dispatched: Vec<bool>,
     ready_shared: BTreeSet<usize>,
     ready_isolated: BTreeSet<usize>,
     shared_busy: bool,
@@ -234,8 +262,7 @@ pub async fn execute(
         ctx,
         observer,
         writer,
-        rows: vec![None; n],
-        dispatched: vec![false; n],
+        state: (0..n).map(|_| TaskState::Waiting).collect(),
         ready_shared: BTreeSet::new(),
         ready_isolated: BTreeSet::new(),
         shared_busy: false,
@@ -334,7 +361,8 @@ impl Coord<'_> {
     /// Makes every unsettled task of `stage` with no unsettled dependency ready.
     fn seed(&mut self, stage: Stage) {
         for i in 0..self.tasks.len() {
-            if self.task(i).stage == stage && self.rows[i].is_none() && self.waiting[i] == 0 {
+            let waiting = matches!(self.state[i], TaskState::Waiting);
+            if self.task(i).stage == stage && waiting && self.waiting[i] == 0 {
                 self.deps_settled(i);
             }
         }
@@ -367,7 +395,7 @@ impl Coord<'_> {
     }
 
     fn try_start(&mut self, i: usize) {
-        if self.rows[i].is_some() || self.dispatched[i] {
+        if !matches!(self.state[i], TaskState::Ready) {
             return;
         }
         // RFC-0002:C-PLAYBOOK-BUDGET: checked before every dispatch of a task that can spend.
@@ -393,7 +421,7 @@ impl Coord<'_> {
     fn start(&mut self, i: usize) {
         let task = self.task(i).clone();
         let inputs = self.inputs(i);
-        self.dispatched[i] = true;
+        self.state[i] = TaskState::Running;
         self.in_flight += 1;
         if task.isolated {
             self.isolated_busy += 1;
@@ -415,7 +443,9 @@ impl Coord<'_> {
         let t = self.task(i);
         let mut m = Map::new();
         for &d in &self.adm.deps[i] {
-            let Some(row) = &self.rows[d] else { continue };
+            let Some(row) = self.state[d].row() else {
+                continue;
+            };
             let name = self.task(d).name.clone();
             match t.join {
                 Join::All | Join::Passed => {
@@ -441,8 +471,8 @@ impl Coord<'_> {
                 .map(|e| e.0.as_str())
                 .unwrap_or(Outcome::Finished.as_str());
             let mut tasks = Map::new();
-            for (j, r) in self.rows.iter().enumerate() {
-                if let (Some(r), Stage::Iteration) = (r, self.task(j).stage) {
+            for (j, st) in self.state.iter().enumerate() {
+                if let (Some(r), Stage::Iteration) = (st.row(), self.task(j).stage) {
                     tasks.insert(
                         r.task.clone(),
                         taskio::settled_entry(r.status, r.note.as_deref(), r.output.as_ref()),
@@ -469,7 +499,7 @@ impl Coord<'_> {
         let seq = self.writer.push(&Event::TaskResult(row.clone()));
         let halts =
             self.task(i).stage == Stage::Iteration && self.task(i).required && halting(&row);
-        self.rows[i] = Some(row);
+        self.state[i] = TaskState::Settled(Box::new(row));
         self.pending.push_back((seq, i));
         if halts && self.halted_by.is_none() && !self.truncated {
             self.halt(i);
@@ -486,10 +516,7 @@ impl Coord<'_> {
         }
         let name = self.task(culprit).name.clone();
         for j in 0..self.tasks.len() {
-            if self.task(j).stage == Stage::Iteration
-                && self.rows[j].is_none()
-                && !self.dispatched[j]
-            {
+            if self.task(j).stage == Stage::Iteration && self.state[j].undispatched() {
                 let b = blocked(
                     self.task(j),
                     BlockedReason::RequiredTaskFailed,
@@ -509,7 +536,7 @@ impl Coord<'_> {
             self.pending.pop_front();
             for j in self.adm.dependents[i].clone() {
                 self.waiting[j] -= 1;
-                if self.waiting[j] == 0 && self.rows[j].is_none() && !self.dispatched[j] {
+                if self.waiting[j] == 0 && matches!(self.state[j], TaskState::Waiting) {
                     self.deps_settled(j);
                 }
             }
@@ -527,17 +554,15 @@ impl Coord<'_> {
             return;
         }
         let deps = &self.adm.deps[i];
-        let passing = deps
-            .iter()
-            .filter(|&&d| self.rows[d].as_ref().is_some_and(|r| r.status.is_pass()))
-            .count();
+        let passing = deps.iter().filter(|&&d| self.state[d].passed()).count();
         let runnable = match t.join {
             Join::All => passing == deps.len(),
             Join::Passed => passing > 0,
             Join::Settled => true,
         };
         if runnable {
-            if t.isolated {
+            self.state[i] = TaskState::Ready;
+            if self.task(i).isolated {
                 self.ready_isolated.insert(i);
             } else {
                 self.ready_shared.insert(i);
@@ -546,7 +571,7 @@ impl Coord<'_> {
         }
         let culprit = deps
             .iter()
-            .find(|&&d| !self.rows[d].as_ref().is_some_and(|r| r.status.is_pass()))
+            .find(|&&d| !self.state[d].passed())
             .map(|&d| self.task(d).name.clone());
         let b = blocked(
             t,
@@ -606,7 +631,7 @@ impl Coord<'_> {
             // Main tasks left undispatched by an early completion stay unsettled.
             let completed_main =
                 self.completion.is_some() && self.task(j).stage == Stage::Iteration;
-            if self.rows[j].is_none() && !self.dispatched[j] && !completed_main {
+            if self.state[j].undispatched() && !completed_main {
                 let b = blocked(
                     self.task(j),
                     BlockedReason::WallClockCeiling,
@@ -643,8 +668,8 @@ impl Coord<'_> {
 
     /// How the main graph ended and the verdict it determined (RFC-0002:C-PLAYBOOK-LANE).
     fn main_outcome(&self) -> (Outcome, Option<Ceiling>, Option<String>, Verdict) {
-        let failed_required = self.tasks.iter().zip(&self.rows).find(|(t, r)| {
-            t.stage == Stage::Iteration && t.required && r.as_ref().is_some_and(invalidating)
+        let failed_required = self.tasks.iter().zip(&self.state).find(|(t, st)| {
+            t.stage == Stage::Iteration && t.required && st.row().is_some_and(invalidating)
         });
         let invalid = self.stopped
             || self.wall
@@ -749,8 +774,14 @@ impl Coord<'_> {
             rows: self
                 .tasks
                 .iter()
-                .zip(self.rows)
-                .map(|(t, r)| (t.name.clone(), r))
+                .zip(self.state)
+                .map(|(t, st)| {
+                    let row = match st {
+                        TaskState::Settled(r) => Some(*r),
+                        _ => None,
+                    };
+                    (t.name.clone(), row)
+                })
                 .collect(),
         })
     }
