@@ -383,3 +383,13 @@ fn odd_plans_are_refused_before_dispatch() {
         assert!(!p.path().join("ran").exists());
     }
 }
+
+// The workspace is rebuilt each run, so a state directory inside it is refused up front.
+#[test]
+fn state_inside_the_workspace_is_refused() {
+    let p = Pack::playbook(&command("a", "echo '{}'", ""));
+    let inside = p.workspace().join("state");
+    let r = p.run(&["--state-dir", inside.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("overlap"), "{}", r.stderr);
+}

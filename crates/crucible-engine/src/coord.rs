@@ -162,6 +162,14 @@ pub async fn execute(
     // Tasks run elsewhere (the workspace, a worktree): every path they are given is absolute.
     let ws = std::path::absolute(&ws).map_err(refused("workspace"))?;
     let state_dir = std::path::absolute(&req.state_dir).map_err(refused("state directory"))?;
+    if state_dir.starts_with(&ws) || ws.starts_with(&state_dir) {
+        // The workspace is rebuilt from scratch each run; neither may hold the other.
+        return Err(RunError::refused(format!(
+            "the state directory {} and the workspace {} overlap: keep them apart",
+            state_dir.display(),
+            ws.display()
+        )));
+    }
     let run_dir = state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
     let memory = run_dir.join("memory");
     let base = {

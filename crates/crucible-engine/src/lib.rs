@@ -54,10 +54,6 @@ pub trait Observer: Send {
     fn tick(&mut self, _spent_usd: f64, _elapsed: Duration) {}
 }
 
-/// An observer that shows nothing.
-pub struct Quiet;
-impl Observer for Quiet {}
-
 /// How a run ended.
 #[derive(Clone, Debug)]
 pub struct RunSummary {
