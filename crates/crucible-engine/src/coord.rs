@@ -33,6 +33,8 @@ use tokio::time::Instant;
 enum Msg {
     /// Every log line up to this one is on disk.
     Durable(Seq),
+    /// The session log could not be written: the run cannot go on honestly.
+    LogFailed(String),
     /// An attempt (with its retries) finished.
     Done(usize, Report),
 }
@@ -49,6 +51,21 @@ struct Report {
     completion: Option<Option<String>>,
     /// The operator stopped it: it never settled.
     stopped: bool,
+}
+
+impl Report {
+    fn empty() -> Report {
+        Report {
+            graded: Graded::fail("not run", None),
+            attempts: 0,
+            cost_usd: 0.0,
+            secs: 0.0,
+            refused: None,
+            transport: None,
+            completion: None,
+            stopped: false,
+        }
+    }
 }
 
 /// What every attempt shares, read-only.
@@ -138,6 +155,7 @@ struct Coord<'o> {
     spent: f64,
     abort: watch::Sender<Abort>,
     main_end: Option<(Outcome, Option<Ceiling>, Option<String>, Verdict)>,
+    log_failed: Option<String>,
     started: Instant,
 }
 
@@ -235,7 +253,10 @@ pub async fn execute(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let durable_tx = tx.clone();
     let writer = Writer::start(file, move |seq| {
-        let _ = durable_tx.send(Msg::Durable(seq));
+        let _ = durable_tx.send(match seq {
+            Ok(seq) => Msg::Durable(seq),
+            Err(e) => Msg::LogFailed(e),
+        });
     });
     let agent = &req.manifest.manifest.agent;
     let ctx = Arc::new(Ctx {
@@ -288,6 +309,7 @@ pub async fn execute(
         spent: 0.0,
         abort,
         main_end: None,
+        log_failed: None,
         started,
     };
     c.admission_rows();
@@ -306,6 +328,10 @@ pub async fn execute(
             c.on_wall();
         }
         c.dispatch();
+        if c.in_flight == 0 && c.log_failed.is_some() {
+            let e = c.log_failed.take().unwrap_or_default();
+            return Err(RunError::state(format!("session log: {e}")));
+        }
         if c.in_flight == 0 && c.pending.is_empty() {
             if !c.advance_phase() {
                 break;
@@ -315,6 +341,11 @@ pub async fn execute(
         tokio::select! {
             Some(msg) = rx.recv() => match msg {
                 Msg::Durable(seq) => c.durable(seq),
+                Msg::LogFailed(e) => {
+                    // Nothing more can be written ahead: kill what runs and give up.
+                    c.log_failed = Some(e);
+                    c.on_stop();
+                }
                 Msg::Done(i, report) => c.done(i, report),
             },
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),
@@ -441,8 +472,16 @@ impl Coord<'_> {
         let abort = self.abort.subscribe();
         let main = task.stage == Stage::Iteration;
         tokio::spawn(async move {
-            let report = attempt(&ctx, i, &task, inputs, main, abort).await;
-            let _ = ctx.tx.send(Msg::Done(i, report));
+            let tx = ctx.tx.clone();
+            let run =
+                tokio::spawn(async move { attempt(&ctx, i, &task, inputs, main, abort).await });
+            // A panic in the attempt runner must still settle the task, or the run would wait
+            // for it forever.
+            let report = run.await.unwrap_or_else(|e| Report {
+                graded: Graded::fail(format!("internal error in the attempt runner: {e}"), None),
+                ..Report::empty()
+            });
+            let _ = tx.send(Msg::Done(i, report));
         });
     }
 
@@ -868,16 +907,7 @@ async fn attempt(
     abort: watch::Receiver<Abort>,
 ) -> Report {
     let began = Instant::now();
-    let mut report = Report {
-        graded: Graded::fail("not run", None),
-        attempts: 0,
-        cost_usd: 0.0,
-        secs: 0.0,
-        refused: None,
-        transport: None,
-        completion: None,
-        stopped: false,
-    };
+    let mut report = Report::empty();
     let stem = file_stem(i, &task.name);
     let inputs_text = serde_json::to_string(&inputs).expect("inputs serialize");
     let inputs_file = ctx.run_dir.join("inputs").join(format!("{stem}.json"));

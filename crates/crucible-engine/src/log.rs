@@ -39,9 +39,10 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread; `durable(n)` is called (on that thread) each time every line
-    /// up to `n` is synced.
-    pub fn start(mut file: File, durable: impl Fn(Seq) + Send + 'static) -> Writer {
+    /// Starts the writer thread; `durable(Ok(n))` is called (on that thread) each time every
+    /// line up to `n` is synced, and `durable(Err(_))` once if the log cannot be written, after
+    /// which nothing more is written.
+    pub fn start(mut file: File, durable: impl Fn(Result<Seq, String>) + Send + 'static) -> Writer {
         let (tx, rx) = mpsc::channel::<(Seq, String)>();
         let thread = std::thread::spawn(move || -> io::Result<File> {
             let mut buf = String::new();
@@ -52,9 +53,14 @@ impl Writer {
                     buf.push_str(&line);
                     last = seq;
                 }
-                file.write_all(buf.as_bytes())?;
-                file.sync_data()?;
-                durable(last);
+                let written = file
+                    .write_all(buf.as_bytes())
+                    .and_then(|()| file.sync_data());
+                if let Err(e) = written {
+                    durable(Err(e.to_string()));
+                    return Err(e);
+                }
+                durable(Ok(last));
             }
             Ok(file)
         });
@@ -85,5 +91,42 @@ impl Writer {
             .expect("joined once")
             .join()
             .map_err(|_| io::Error::other("session log writer panicked"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_plan::wire::Shutdown;
+    use crucible_plan::{Outcome, Verdict};
+
+    fn event() -> Event {
+        Event::Shutdown(Shutdown {
+            outcome: Outcome::Finished,
+            ceiling: None,
+            reason: None,
+            verdict: Verdict::Valid,
+            spent_usd: 0.0,
+            elapsed_secs: 0.0,
+        })
+    }
+
+    // ARCHITECTURE.md (write ahead): a line is reported durable only after it is synced, and
+    // reports cover every line up to their number, in order.
+    #[test]
+    fn lines_are_reported_durable_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        let (tx, rx) = mpsc::channel();
+        let mut w = Writer::start(open(&path).unwrap(), move |r| tx.send(r).unwrap());
+        let seqs: Vec<Seq> = (0..50).map(|_| w.push(&event())).collect();
+        let mut file = w.finish().unwrap();
+        append_now(&mut file, &event()).unwrap();
+        let reports: Vec<Seq> = rx.try_iter().map(Result::unwrap).collect();
+        assert!(reports.windows(2).all(|p| p[0] < p[1]));
+        assert_eq!(reports.last(), seqs.last());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 51);
+        assert_eq!(crucible_plan::wire::decode_log(&text).unwrap().len(), 51);
     }
 }
