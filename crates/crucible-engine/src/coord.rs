@@ -51,6 +51,8 @@ struct Report {
     completion: Option<Option<String>>,
     /// The operator stopped it: it never settled.
     stopped: bool,
+    /// The run's wall-clock ceiling killed it.
+    ceiling_killed: bool,
 }
 
 impl Report {
@@ -64,6 +66,7 @@ impl Report {
             transport: None,
             completion: None,
             stopped: false,
+            ceiling_killed: false,
         }
     }
 }
@@ -640,6 +643,12 @@ impl Coord<'_> {
             // Killed by an operator stop: it never settled, so it gets no row.
             return;
         }
+        // The attempt saw the ceiling fall before the coordinator's own timer did: the ceiling
+        // comes first, so what it left undispatched is blocked by the ceiling, not by this
+        // task's failure.
+        if report.ceiling_killed && !self.wall && !self.stopped {
+            self.on_wall();
+        }
         if let Some(reason) = report.completion.clone() {
             if self.completion.is_none() && !self.stopped && !self.wall {
                 self.completion = Some(reason);
@@ -1021,13 +1030,16 @@ async fn attempt(
                 report.stopped = true;
                 Graded::fail("stopped by the operator", None)
             }
-            Ended::WallClock => Graded::fail(
-                format!(
-                    "wall-clock ceiling reached: the run ran past its {} limit",
-                    duration::format(ctx.max_secs)
-                ),
-                None,
-            ),
+            Ended::WallClock => {
+                report.ceiling_killed = true;
+                Graded::fail(
+                    format!(
+                        "wall-clock ceiling reached: the run ran past its {} limit",
+                        duration::format(ctx.max_secs)
+                    ),
+                    None,
+                )
+            }
             Ended::TimedOut => Graded::fail(
                 format!(
                     "timed out: the task ran past its {} limit",
