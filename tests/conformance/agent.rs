@@ -33,6 +33,8 @@ fn prompt_environment_result_and_cost() {
     ] {
         assert!(prompt.contains(part), "prompt lacks {part:?}:\n{prompt}");
     }
+    // RFC-0002:C-PLAYBOOK-PARAMS: an agent never gets the "params" input.
+    assert!(!prompt.contains("\"params\""), "{prompt}");
     // The result file is the turn's answer, not work: it is never committed.
     assert!(!p.workspace().join("PLAN_TASK_RESULT.json").exists());
 
@@ -99,4 +101,25 @@ fn launch_settings_are_checked_and_applied() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.row("a")["output"]["model"], "m1");
     assert_eq!(p.row("b")["output"]["model"], "m2");
+}
+
+// Tasks sharing a session join one durable conversation: the same session id, one at a time.
+#[test]
+fn tasks_in_a_session_share_its_id() {
+    let turn = r#"echo "{\"session\": \"$CRUCIBLE_AGENT_SESSION_ID\"}" > PLAN_TASK_RESULT.json"#;
+    let p = Pack::playbook(&format!(
+        "[agent]\nbackend = \"command\"\nagent_cmd = '''{turn}'''\n\
+         [[workflow.task]]\nname = \"plan\"\nkind = \"agent\"\nprompt = \"x\"\nsession = \"s1\"\n\
+         [[workflow.task]]\nname = \"build\"\nkind = \"agent\"\nprompt = \"y\"\nsession = \"s1\"\ndepends_on = [\"plan\"]\n\
+         [[workflow.task]]\nname = \"solo\"\nkind = \"agent\"\nprompt = \"z\"\n"
+    ));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let a = p.row("plan")["output"]["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(a.ends_with("-s1"), "{a}");
+    assert_eq!(p.row("build")["output"]["session"], a.as_str());
+    assert_eq!(p.row("solo")["output"]["session"], "");
 }
