@@ -388,10 +388,11 @@ mod tests {
     // RFC-0002:C-PLAYBOOK-LANE: commits when and only when a task passes.
     #[test]
     fn empty_workspace_base_commit_then_task_commit_and_discard() {
-        let d = tempdir();
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
         std::fs::write(d.join("seed.txt"), "seed").unwrap();
         let m = manifest(
-            &d,
+            d,
             "[workflow]\ntype = \"playbook\"\n[workspace]\ninject = \"seed.txt\"\n",
         );
         let ws = workspace_path(&m).unwrap();
@@ -421,19 +422,5 @@ mod tests {
         let iso = d.join("iso");
         memory.checkout_to(&iso).unwrap();
         assert!(iso.join("a.txt").exists() && !iso.join(".git").exists());
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "crucible-git-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 }
