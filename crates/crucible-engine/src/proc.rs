@@ -15,6 +15,32 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// How much of a stream an attempt keeps: only its end matters (the result is the last stdout
+/// line, the note the stderr tail), and a chatty task must not grow the engine without bound.
+const STDOUT_KEEP: usize = 1 << 20;
+const STDERR_KEEP: usize = 256 << 10;
+
+/// Reads a stream to its end, keeping at most its last `keep` bytes.
+async fn read_tail(r: &mut (impl tokio::io::AsyncRead + Unpin), keep: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > 2 * keep {
+                    buf.drain(..buf.len() - keep);
+                }
+            }
+        }
+    }
+    if buf.len() > keep {
+        buf.drain(..buf.len() - keep);
+    }
+    buf
+}
+
 /// How long a group gets between TERM and KILL.
 const GRACE: Duration = Duration::from_millis(500);
 
@@ -120,16 +146,8 @@ pub async fn run(
     register(pgid);
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
-    let read_out = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let _ = out.read_to_end(&mut buf).await;
-        buf
-    });
-    let read_err = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let _ = err.read_to_end(&mut buf).await;
-        buf
-    });
+    let read_out = tokio::spawn(async move { read_tail(&mut out, STDOUT_KEEP).await });
+    let read_err = tokio::spawn(async move { read_tail(&mut err, STDERR_KEEP).await });
     let current = *abort.borrow();
     let ended = if current != Abort::None {
         kill_group(pgid).await;
@@ -296,6 +314,15 @@ mod tests {
         // Whether the stop lands before or after the spawn, the attempt ends stopped.
         tx.send(Abort::Stop).unwrap();
         assert!(matches!(h.await.unwrap().ended, Ended::Stopped));
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_its_end() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        let cmd = "yes x | head -c 3000000; echo; echo '{\"last\": true}'";
+        let f = run(cmd, Path::new("."), &[], far(), rx).await.unwrap();
+        assert!(f.stdout.len() <= STDOUT_KEEP);
+        assert!(f.stdout.ends_with(b"{\"last\": true}\n"));
     }
 
     #[tokio::test]
