@@ -176,9 +176,9 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
     // Kahn's algorithm: a cycle would leave tasks waiting forever.
     let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
     let mut queue: Vec<usize> = (0..waiting.len()).filter(|&i| waiting[i] == 0).collect();
-    let mut seen = 0;
+    let mut order = Vec::with_capacity(waiting.len());
     while let Some(i) = queue.pop() {
-        seen += 1;
+        order.push(i);
         for &j in &dependents[i] {
             waiting[j] -= 1;
             if waiting[j] == 0 {
@@ -186,7 +186,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             }
         }
     }
-    if seen != plan.tasks.len() {
+    if order.len() != plan.tasks.len() {
         let stuck: Vec<&str> = (0..waiting.len())
             .filter(|&i| waiting[i] > 0)
             .map(|i| plan.tasks[i].name.as_str())
@@ -215,7 +215,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         ),
         (None, None) => None,
     };
-    let (truncating, cap_skipped) = capabilities(req, &deps);
+    let (truncating, cap_skipped) = capabilities(req, &deps, &order);
     Ok(Admitted {
         max_cost,
         max_secs,
@@ -231,50 +231,47 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
 /// RFC-0002:C-PLAYBOOK-CAPS: a required task whose `needs` is unavailable truncates the plan;
 /// an advisory one is skipped with its dependents. A dependent joining "settled" is not skipped
 /// for its dependency's sake; one joining "passed" is skipped only when every dependency is.
-fn capabilities(req: &RunRequest, deps: &[Vec<usize>]) -> (Vec<usize>, Vec<(usize, String)>) {
+fn capabilities(
+    req: &RunRequest,
+    deps: &[Vec<usize>],
+    topo: &[usize],
+) -> (Vec<usize>, Vec<(usize, String)>) {
     let tasks = &req.plan.tasks;
     let available = |need: &str| need == "any" || req.caps.iter().any(|c| c == need);
     let truncating: Vec<usize> = (0..tasks.len())
         .filter(|&i| tasks[i].required && !available(&tasks[i].needs))
         .collect();
     let mut skipped: Vec<Option<String>> = vec![None; tasks.len()];
-    // Dependencies always come first in a topological order; iterate until stable instead of
-    // sorting, since skips only ever spread downstream.
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for (i, t) in tasks.iter().enumerate() {
-            if skipped[i].is_some() || (t.required && !available(&t.needs)) {
-                continue;
-            }
-            let why = if !available(&t.needs) {
-                Some(format!(
-                    "needs `{}`, which this run does not provide",
-                    t.needs
-                ))
-            } else {
-                let skipped_deps: Vec<usize> = deps[i]
-                    .iter()
-                    .copied()
-                    .filter(|&d| skipped[d].is_some())
-                    .collect();
-                let hit = match t.join {
-                    Join::All => !skipped_deps.is_empty(),
-                    Join::Passed => !deps[i].is_empty() && skipped_deps.len() == deps[i].len(),
-                    Join::Settled => false,
-                };
-                hit.then(|| {
-                    format!(
-                        "skipped with `{}`, whose capability is unavailable",
-                        tasks[skipped_deps[0]].name
-                    )
-                })
-            };
-            if why.is_some() {
-                skipped[i] = why;
-                changed = true;
-            }
+    // In topological order every dependency is decided before its dependents: one pass.
+    for &i in topo {
+        let t = &tasks[i];
+        if t.required && !available(&t.needs) {
+            continue;
         }
+        let why = if !available(&t.needs) {
+            Some(format!(
+                "needs `{}`, which this run does not provide",
+                t.needs
+            ))
+        } else {
+            let skipped_deps: Vec<usize> = deps[i]
+                .iter()
+                .copied()
+                .filter(|&d| skipped[d].is_some())
+                .collect();
+            let hit = match t.join {
+                Join::All => !skipped_deps.is_empty(),
+                Join::Passed => !deps[i].is_empty() && skipped_deps.len() == deps[i].len(),
+                Join::Settled => false,
+            };
+            hit.then(|| {
+                format!(
+                    "skipped with `{}`, whose capability is unavailable",
+                    tasks[skipped_deps[0]].name
+                )
+            })
+        };
+        skipped[i] = why;
     }
     let cap_skipped = skipped
         .into_iter()
@@ -282,4 +279,73 @@ fn capabilities(req: &RunRequest, deps: &[Vec<usize>]) -> (Vec<usize>, Vec<(usiz
         .filter_map(|(i, s)| s.map(|s| (i, s)))
         .collect();
     (truncating, cap_skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_plan::{Plan, Task};
+
+    fn request(tasks: Vec<Task>) -> (tempfile::TempDir, RunRequest) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crucible.toml");
+        std::fs::write(&path, "[workflow]\ntype = \"playbook\"\n").unwrap();
+        let req = RunRequest {
+            plan: Plan {
+                version: 1,
+                workflow_type: WorkflowType::Playbook,
+                result: None,
+                history_record: None,
+                params: Default::default(),
+                tasks,
+            },
+            manifest: crucible_pack::load(&path).unwrap(),
+            pack_digest: "tree1:x".into(),
+            state_dir: dir.path().join("state"),
+            max_cost: Some(1.0),
+            max_secs: Some(60),
+            caps: Vec::new(),
+            jobs: 1,
+            agent_cmd: None,
+            harness: None,
+            model: None,
+        };
+        (dir, req)
+    }
+
+    fn cmd(name: &str, deps: &[&str]) -> Task {
+        let mut t = Task::new(name, TaskKind::Command);
+        t.run = Some("true".into());
+        t.depends_on = deps.iter().map(|d| d.to_string()).collect();
+        t
+    }
+
+    // RFC-0002:C-PLAYBOOK-CAPS: skips spread downstream in one pass whatever the declaration
+    // order; a settled join is not skipped for its dependency's sake.
+    #[test]
+    fn advisory_skips_spread_in_topological_order() {
+        let mut gpu = cmd("gpu", &[]);
+        gpu.needs = "gpu".into();
+        gpu.required = false;
+        let mut settled = cmd("settled", &["gpu"]);
+        settled.join = Join::Settled;
+        let (_d, req) = request(vec![cmd("c", &["b"]), cmd("b", &["gpu"]), gpu, settled]);
+        let adm = admit(&req).unwrap();
+        let skipped: Vec<usize> = adm.cap_skipped.iter().map(|(i, _)| *i).collect();
+        assert_eq!(skipped.len(), 3);
+        assert!(skipped.contains(&0) && skipped.contains(&1) && skipped.contains(&2));
+        assert!(adm.truncating.is_empty());
+    }
+
+    #[test]
+    fn ceilings_and_cycles_are_refused() {
+        let (_d, mut req) = request(vec![cmd("a", &[])]);
+        req.max_secs = None;
+        assert!(admit(&req)
+            .unwrap_err()
+            .message
+            .contains("--max-time is required"));
+        let (_d, req) = request(vec![cmd("a", &["b"]), cmd("b", &["a"])]);
+        assert!(admit(&req).unwrap_err().message.contains("cycle"));
+    }
 }
