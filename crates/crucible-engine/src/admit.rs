@@ -9,6 +9,7 @@ use crate::{RunError, RunRequest};
 use crucible_plan::{Join, Stage, TaskKind, WorkflowType, RESERVED_INPUTS};
 use std::collections::HashMap;
 
+#[derive(Debug)]
 pub struct Admitted {
     pub max_cost: f64,
     pub max_secs: u64,
