@@ -427,15 +427,13 @@ impl Live {
     }
 
     fn draw(&mut self, out: &mut impl Write) {
+        // Lines are cut to the terminal's width: a wrapped line would break the redraw.
+        let width = terminal_width().saturating_sub(1).max(20);
         for (name, since) in &self.running {
-            let _ = writeln!(
-                out,
-                "  \x1b[36m▶\x1b[0m {name}  {:.1}s",
-                since.elapsed().as_secs_f64()
-            );
+            let line = format!("  ▶ {name}  {:.1}s", since.elapsed().as_secs_f64());
+            let _ = writeln!(out, "{}", cut(&line, width));
         }
-        let _ = writeln!(
-            out,
+        let footer = format!(
             "  spent ${:.2} of ${:.2} · {:.1}s of {}",
             self.spent,
             self.max_cost.unwrap_or(0.0),
@@ -443,8 +441,26 @@ impl Live {
             self.max_secs
                 .map_or("-".to_string(), crucible_plan::duration::format)
         );
+        let _ = writeln!(out, "{}", cut(&footer, width));
         self.drawn = self.running.len() + 1;
         let _ = out.flush();
+    }
+}
+
+fn cut(line: &str, width: usize) -> String {
+    line.chars().take(width).collect()
+}
+
+/// The terminal's column count, or 80 when it cannot be read.
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ fills a winsize struct we own.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; stdout is a terminal whenever this view is in use.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        80
     }
 }
 
