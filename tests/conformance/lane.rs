@@ -263,6 +263,17 @@ fn commits_on_pass_only() {
     // The commit set survives in the run's memory under the task's ref.
     let refs = git(&["for-each-ref", "--format=%(refname)", "refs/crucible/tasks"]);
     assert_eq!(refs, "refs/crucible/tasks/good\nrefs/crucible/tasks/tidy\n");
+    // ...and outlives the workspace: the run's memory/ is the git directory.
+    std::fs::remove_dir_all(p.workspace()).unwrap();
+    let run = p.log()[0]["run"].as_str().unwrap().to_string();
+    let memory = p.state().join("runs").join(run).join("memory");
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&memory)
+        .args(["log", "--format=%s", "refs/crucible/tasks/good", "-1"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "task good\n");
 }
 
 // RFC-0002:C-PLAYBOOK-LANE (isolation): isolated tasks run concurrently up to --jobs, in their own
