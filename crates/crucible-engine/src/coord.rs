@@ -262,9 +262,10 @@ pub async fn execute(
         });
     });
     let agent = &req.manifest.manifest.agent;
+    let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
     let ctx = Arc::new(Ctx {
         ws,
-        memory: Arc::new(git::Memory::open(&memory).map_err(state_err("git memory"))?),
+        memory,
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,

@@ -112,9 +112,18 @@ pub fn setup(manifest: &LoadedManifest, ws: &Path, memory: &Path) -> Result<Oid,
     Ok(base)
 }
 
+/// Links the workspace to the git directory by a `.git` file only. No `core.worktree` is
+/// recorded, so the memory stays readable (`git --git-dir memory log`) once the workspace is
+/// gone, and git finds the work tree from the link as it does for any linked checkout.
 fn attach(repo: &Repository, ws: &Path) -> Result<(), GitError> {
-    repo.set_workdir(ws, true)
+    repo.set_workdir(ws, false)
         .map_err(gerr("cannot attach the workspace"))?;
+    let gitdir = repo
+        .path()
+        .canonicalize()
+        .map_err(ioerr("git memory".into()))?;
+    std::fs::write(ws.join(".git"), format!("gitdir: {}\n", gitdir.display()))
+        .map_err(ioerr("cannot link the workspace".into()))?;
     // The git directory was made bare; with a work tree it must say so for the git CLI too.
     repo.config()
         .and_then(|mut c| c.set_bool("core.bare", false))
@@ -281,8 +290,9 @@ fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oi
 pub struct Memory(std::sync::Mutex<Repository>);
 
 impl Memory {
-    pub fn open(path: &Path) -> Result<Memory, GitError> {
-        let repo = Repository::open(path).map_err(gerr("cannot open git memory"))?;
+    /// Opens the memory through the workspace's `.git` link, which names the work tree.
+    pub fn open(ws: &Path) -> Result<Memory, GitError> {
+        let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
         Ok(Memory(std::sync::Mutex::new(repo)))
     }
 
@@ -398,7 +408,7 @@ mod tests {
         let ws = workspace_path(&m).unwrap();
         let mem = d.join("memory");
         setup(&m, &ws, &mem).unwrap();
-        let memory = Memory::open(&mem).unwrap();
+        let memory = Memory::open(&ws).unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
             "seed"
