@@ -159,3 +159,39 @@ fn cost_ceiling_blocks_spenders_only() {
     );
     assert_eq!(s["spent_usd"], 0.6);
 }
+
+// RFC-0002:C-PLAYBOOK-BUDGET: the wall-clock ceiling falling during the epilogue kills it and
+// names the ceiling in the outcome, but does not change the verdict the main graph determined.
+#[test]
+fn wall_clock_during_the_epilogue_keeps_the_main_verdict() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        command("work", "echo '{}'", ""),
+        command("slow_report", "sleep 300", "stage = \"epilogue\""),
+        command(
+            "after_report",
+            "echo '{}'",
+            "stage = \"epilogue\"\ndepends_on = [\"slow_report\"]\njoin = \"settled\""
+        )
+    ));
+    let r = p.run(&["--max-time", "1s"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.row("work")["status"], "pass");
+    assert_eq!(
+        p.row("slow_report")["note"],
+        "wall-clock ceiling reached: the run ran past its 1s limit"
+    );
+    assert_eq!(
+        p.row("after_report")["blocked"],
+        json!({"reason": "wall_clock_ceiling"})
+    );
+    let s = p.shutdown();
+    assert_eq!(
+        (
+            s["outcome"].as_str(),
+            s["ceiling"].as_str(),
+            s["verdict"].as_str()
+        ),
+        (Some("budget"), Some("wall_clock"), Some("valid"))
+    );
+}
