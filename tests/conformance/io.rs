@@ -145,3 +145,26 @@ fn spawn_failure_is_transport_retried_twice() {
     );
     assert!(t["transport"].is_string());
 }
+
+// RFC-0002:C-PLAYBOOK-LANE: the run is valid only when every required task passed, so a
+// required task that declares itself skipped stops dispatch and invalidates the run.
+#[test]
+fn required_declared_skip_invalidates() {
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        command(
+            "s",
+            r#"echo '{"status": "skipped", "note": "no data"}'"#,
+            ""
+        ),
+        command("next", r#"echo '{}'"#, "")
+    ));
+    let r = p.run(&["--jobs", "1"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(p.row("s")["status"], "skipped");
+    let s = p.shutdown();
+    assert_eq!(
+        (s["outcome"].as_str(), s["verdict"].as_str()),
+        (Some("error"), Some("invalid"))
+    );
+}

@@ -844,25 +844,29 @@ impl Coord<'_> {
     }
 }
 
-/// Whether a required main-graph row stops dispatch. A task blocked by the cost ceiling does
-/// not: non-spending work must still run under that ceiling (RFC-0002:C-PLAYBOOK-BUDGET).
+/// Whether a required main-graph row stops dispatch: any settlement other than passing, except
+/// a block by the cost ceiling (non-spending work must still run under that ceiling,
+/// RFC-0002:C-PLAYBOOK-BUDGET) and a capability skip (which leaves the verdict alone,
+/// RFC-0002:C-PLAYBOOK-CAPS).
 fn halting(r: &TaskResult) -> bool {
     match r.status {
-        Status::Fail | Status::Transport | Status::Truncated => true,
         Status::Blocked => r
             .blocked
             .as_ref()
             .is_none_or(|b| b.reason != BlockedReason::BudgetCeiling),
-        _ => false,
+        _ => invalidating(r),
     }
 }
 
-/// Whether a required main-graph row makes the verdict invalid.
+/// Whether a required main-graph row makes the verdict invalid: the run is valid only when
+/// every required task passed. A skip the task declared itself counts (it did not pass); a
+/// capability skip, which never dispatched, does not.
 fn invalidating(r: &TaskResult) -> bool {
-    matches!(
-        r.status,
-        Status::Fail | Status::Transport | Status::Blocked | Status::Truncated
-    )
+    match r.status {
+        Status::Fail | Status::Transport | Status::Blocked | Status::Truncated => true,
+        Status::Skipped => r.attempts > 0,
+        Status::Pass | Status::NotTaken => false,
+    }
 }
 
 fn row(t: &Task, status: Status, note: Option<String>) -> TaskResult {
