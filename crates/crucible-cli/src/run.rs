@@ -27,6 +27,17 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
     manifest.workflow_type()?;
     let mut plan = load_plan(&manifest)?;
     apply_launch_settings(&mut plan, &mut manifest, &args.params)?;
+    // The operator's own flags are not pack-limited, but they must still parse.
+    if let Some(m) = args.model.as_deref().filter(|m| !is_model_name(m)) {
+        bail!("--model {m:?} is not a model name");
+    }
+    let harness = args.harness.as_deref().map(str::to_ascii_lowercase);
+    if let Some(h) = harness.as_deref().filter(|h| !HARNESSES.contains(h)) {
+        bail!(
+            "--harness {h:?} is not a harness ({})",
+            HARNESSES.join(", ")
+        );
+    }
     let max_secs = match &args.max_time {
         Some(t) => Some(crucible_plan::duration::parse(t).map_err(|e| anyhow!("--max-time: {e}"))?),
         None => None,
@@ -51,7 +62,7 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
         caps: args.caps.clone(),
         jobs,
         agent_cmd: args.agent_cmd.clone(),
-        harness: args.harness.clone(),
+        harness,
         model: args.model.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
