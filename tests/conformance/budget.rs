@@ -195,3 +195,38 @@ fn wall_clock_during_the_epilogue_keeps_the_main_verdict() {
         (Some("budget"), Some("wall_clock"), Some("valid"))
     );
 }
+
+// RFC-0002:C-PLAYBOOK-BUDGET: isolated lanes are admitted one at a time, each against the spend
+// settled so far; reaching the ceiling never kills an attempt in flight, whose spend still counts.
+#[test]
+fn cost_ceiling_admits_lanes_one_at_a_time_and_spares_attempts_in_flight() {
+    let turn = r#"case "$CRUCIBLE_TASK" in
+  a) echo '{"cost_usd": 1.0}' > PLAN_TASK_RESULT.json ;;
+  b) until grep -qs '"task":"a"' "$PACK"/state/runs/*/session.jsonl; do sleep 0.02; done
+     echo '{"cost_usd": 0.5}' > PLAN_TASK_RESULT.json ;;
+  *) echo '{"cost_usd": 0.1}' > PLAN_TASK_RESULT.json ;;
+esac"#;
+    let agent = |name: &str| {
+        format!("[[workflow.task]]\nname = \"{name}\"\nkind = \"agent\"\nprompt = \"p\"\nisolated = true\nrequired = false\ntimeout_secs = 20\n")
+    };
+    let p = Pack::playbook(&format!(
+        "[agent]\nbackend = \"command\"\nagent_cmd = '''{turn}'''\n{}{}{}",
+        agent("a"),
+        agent("b"),
+        agent("c")
+    ));
+    let r = p.run(&["--max-cost", "1", "--jobs", "2"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(p.row("a")["cost_usd"], 1.0);
+    let b = p.row("b");
+    assert_eq!(
+        (b["status"].as_str(), b["cost_usd"].as_f64()),
+        (Some("pass"), Some(0.5))
+    );
+    assert_eq!(p.row("c")["blocked"], json!({"reason": "budget_ceiling"}));
+    let s = p.shutdown();
+    assert_eq!(
+        (s["ceiling"].as_str(), s["spent_usd"].as_f64()),
+        (Some("cost"), Some(1.5))
+    );
+}
