@@ -3,10 +3,13 @@
 //! message. A settled row is written ahead: its effects on other tasks are applied only once the
 //! log writer reports it durable.
 //!
-//! Per task the state machine is: waiting (dependencies unsettled) → ready → running → settled,
-//! or waiting/ready → settled without dispatch (blocked, skipped, truncated), or left unsettled
-//! (early completion, operator stop). Later features (fan-out, routes, revise loops, resume)
-//! extend these transitions rather than adding a second path.
+//! Per task the state machine is [`TaskState`]: waiting (dependencies unsettled) → ready →
+//! running → settled, or waiting/ready → settled without dispatch (blocked, skipped, truncated),
+//! or left unsettled (early completion, operator stop). Later features extend these transitions
+//! rather than adding a second path: resume folds logged rows into `Settled` before the loop
+//! starts (`Coord::settle` minus the log write); a `when` that is unsatisfied is one more
+//! waiting → settled transition (`not_taken`) in `deps_settled`; fan-out and revise rounds are
+//! sub-rows a node collects before its own `settle`; declared files hang off `Report`.
 
 use crate::admit::Admitted;
 use crate::log::{self, Seq, Writer};
