@@ -1,1 +1,232 @@
-//! placeholder
+//! Agent harnesses. Today: the command stand-in backend (`[agent] backend = "command"` or
+//! `--agent-cmd`), which runs a shell command as the turn. The engine owns the process (its
+//! group, deadline and kill); this crate owns what goes in (the prompt and environment) and what
+//! comes out (the `PLAN_TASK_RESULT.json` object and its reported spend).
+
+use crucible_plan::markers;
+use serde_json::Value;
+use std::path::Path;
+
+/// The file an agent turn writes its one JSON object to, at the workspace root.
+pub const RESULT_FILE: &str = "PLAN_TASK_RESULT.json";
+
+/// The instruction every prompt ends with (RFC-0001 notes §4).
+pub const RESULT_INSTRUCTION: &str = "When you are done, write exactly one JSON object to the file PLAN_TASK_RESULT.json at the root of the workspace. It is your result: put every field this task promises in it. Write nothing else to that file.";
+
+/// What a prompt is built from.
+pub struct PromptParts<'a> {
+    /// The run's goal (`[agent].goal` or the text of `goal_file`): pack text.
+    pub goal: Option<&'a str>,
+    pub task: &'a str,
+    /// The task's rendered prompt (for a skill, its SKILL.md plus its arguments), already
+    /// carrying marked regions for any outside values.
+    pub prompt: &'a str,
+    /// The inputs the task receives from its dependencies (and reserved inputs), as JSON.
+    pub inputs: &'a Value,
+}
+
+/// Assembles the turn's prompt: goal, task prompt, the dependencies' outputs, the result
+/// instruction. Dependency outputs were written by other tasks (often models), so they reach the
+/// prompt only inside an external-input region; an output that carries the marker text itself is
+/// refused rather than rewritten (RFC-0002:C-PLAYBOOK-PARAMS).
+pub fn assemble_prompt(parts: &PromptParts<'_>) -> Result<String, AgentError> {
+    let mut out = String::new();
+    if let Some(goal) = parts.goal.filter(|g| !g.trim().is_empty()) {
+        out.push_str("# Goal\n\n");
+        out.push_str(goal.trim_end());
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!("# Task: {}\n\n", parts.task));
+    out.push_str(parts.prompt.trim_end());
+    out.push_str("\n\n");
+    let has_inputs = parts.inputs.as_object().is_some_and(|m| !m.is_empty());
+    if has_inputs {
+        let text = serde_json::to_string_pretty(parts.inputs).expect("JSON always serializes");
+        if markers::carries_marker(&text) {
+            return Err(AgentError {
+                task: parts.task.to_string(),
+                kind: AgentErrorKind::MarkerInInputs,
+            });
+        }
+        out.push_str("# Results of the tasks this one depends on\n\n");
+        out.push_str(&markers::wrap("dependency results", &text));
+        out.push_str("\n\n");
+    }
+    out.push_str("# Result\n\n");
+    out.push_str(RESULT_INSTRUCTION);
+    out.push('\n');
+    Ok(out)
+}
+
+/// The resolved settings of one turn; `None` leaves the variable unset.
+#[derive(Clone, Debug, Default)]
+pub struct TurnSettings {
+    pub harness: Option<String>,
+    pub model: Option<String>,
+    pub effort: Option<String>,
+    /// The durable conversation this turn joins.
+    pub session: Option<String>,
+}
+
+/// The largest prompt passed in `CRUCIBLE_PROMPT`: Linux refuses any single environment string
+/// over 128 KiB, which would fail the spawn. A larger prompt is only in `CRUCIBLE_PROMPT_FILE`.
+pub const PROMPT_ENV_MAX: usize = 120 * 1024;
+
+/// The environment the stand-in command gets: `CRUCIBLE_PROMPT` (up to [`PROMPT_ENV_MAX`]),
+/// `CRUCIBLE_HARNESS`, `CRUCIBLE_MODEL`, `CRUCIBLE_EFFORT` (each only when set) and
+/// `CRUCIBLE_AGENT_SESSION_ID` for a task in a session.
+pub fn command_env(prompt: &str, settings: &TurnSettings) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    if prompt.len() <= PROMPT_ENV_MAX {
+        env.push(("CRUCIBLE_PROMPT".to_string(), prompt.to_string()));
+    }
+    let pairs = [
+        ("CRUCIBLE_HARNESS", &settings.harness),
+        ("CRUCIBLE_MODEL", &settings.model),
+        ("CRUCIBLE_EFFORT", &settings.effort),
+        ("CRUCIBLE_AGENT_SESSION_ID", &settings.session),
+    ];
+    for (name, value) in pairs {
+        if let Some(v) = value {
+            env.push((name.to_string(), v.clone()));
+        }
+    }
+    env
+}
+
+/// A turn's result object and the spend it reported.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnResult {
+    pub output: Value,
+    /// The optional numeric `cost_usd` field of the result object; 0 when absent.
+    pub cost_usd: f64,
+}
+
+/// Reads and removes `PLAN_TASK_RESULT.json` from `workdir`. A missing or malformed file is a
+/// measured failure of the turn, reported as an error whose text is the task's note.
+pub fn take_result(task: &str, workdir: &Path) -> Result<TurnResult, AgentError> {
+    let path = workdir.join(RESULT_FILE);
+    let err = |kind| AgentError {
+        task: task.to_string(),
+        kind,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(err(AgentErrorKind::NoResult))
+        }
+        Err(e) => return Err(err(AgentErrorKind::Unreadable(e.to_string()))),
+    };
+    // The file is the turn's answer, not part of the work: it must not reach a commit.
+    let _ = std::fs::remove_file(&path);
+    let output: Value = serde_json::from_str(text.trim())
+        .map_err(|e| err(AgentErrorKind::NotJson(e.to_string())))?;
+    if !output.is_object() {
+        return Err(err(AgentErrorKind::NotObject));
+    }
+    let cost_usd = output
+        .get("cost_usd")
+        .and_then(Value::as_f64)
+        .filter(|c| c.is_finite() && *c >= 0.0)
+        .unwrap_or(0.0);
+    Ok(TurnResult { output, cost_usd })
+}
+
+/// Removes a result file a previous turn left behind, so a stale answer is never read.
+pub fn clear_result(workdir: &Path) {
+    let _ = std::fs::remove_file(workdir.join(RESULT_FILE));
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}")]
+pub struct AgentError {
+    pub task: String,
+    pub kind: AgentErrorKind,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentErrorKind {
+    #[error("no result: the turn wrote no {RESULT_FILE}")]
+    NoResult,
+    #[error("{RESULT_FILE} could not be read: {0}")]
+    Unreadable(String),
+    #[error("{RESULT_FILE} is not JSON: {0}")]
+    NotJson(String),
+    #[error("{RESULT_FILE} is not a JSON object")]
+    NotObject,
+    #[error("a dependency's output carries the external-input marker text, so it cannot be placed in a marked region of the prompt")]
+    MarkerInInputs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prompt_carries_goal_task_marked_inputs_and_instruction() {
+        let inputs = json!({"scan": {"files": 3}});
+        let p = assemble_prompt(&PromptParts {
+            goal: Some("Keep the repo tidy."),
+            task: "review",
+            prompt: "Review the scan.",
+            inputs: &inputs,
+        })
+        .unwrap();
+        assert!(p.starts_with("# Goal\n\nKeep the repo tidy."));
+        assert!(p.contains("# Task: review\n\nReview the scan."));
+        let open = p.find(markers::OPEN).unwrap();
+        let data = p.find("\"files\": 3").unwrap();
+        let close = p.find(markers::CLOSE).unwrap();
+        assert!(open < data && data < close);
+        assert!(p.trim_end().ends_with(RESULT_INSTRUCTION));
+    }
+
+    #[test]
+    fn marker_text_in_inputs_is_refused_not_rewritten() {
+        let inputs = json!({"a": {"x": markers::CLOSE}});
+        let e = assemble_prompt(&PromptParts {
+            goal: None,
+            task: "t",
+            prompt: "p",
+            inputs: &inputs,
+        })
+        .unwrap_err();
+        assert!(matches!(e.kind, AgentErrorKind::MarkerInInputs));
+    }
+
+    #[test]
+    fn env_sets_only_known_settings() {
+        let env = command_env(
+            "hi",
+            &TurnSettings {
+                model: Some("m".into()),
+                ..Default::default()
+            },
+        );
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["CRUCIBLE_PROMPT", "CRUCIBLE_MODEL"]);
+        let huge = "x".repeat(PROMPT_ENV_MAX + 1);
+        assert!(command_env(&huge, &TurnSettings::default()).is_empty());
+    }
+
+    #[test]
+    fn result_file_is_read_removed_and_costed() {
+        let d = std::env::temp_dir().join(format!("crucible-agent-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        assert!(matches!(
+            take_result("t", &d).unwrap_err().kind,
+            AgentErrorKind::NoResult
+        ));
+        std::fs::write(d.join(RESULT_FILE), r#"{"ok": true, "cost_usd": 0.25}"#).unwrap();
+        let r = take_result("t", &d).unwrap();
+        assert_eq!(r.cost_usd, 0.25);
+        assert!(!d.join(RESULT_FILE).exists());
+        std::fs::write(d.join(RESULT_FILE), "[1]").unwrap();
+        assert!(matches!(
+            take_result("t", &d).unwrap_err().kind,
+            AgentErrorKind::NotObject
+        ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

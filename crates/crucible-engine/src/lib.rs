@@ -1,4 +1,114 @@
-//! The playbook executor: dispatch, declared files, git memory, session log, ceilings, resume.
+//! The playbook executor: admission, dispatch, settlement, git memory, the session log and both
+//! ceilings (RFC-0002:C-PLAYBOOK-LANE, C-PLAYBOOK-CAPS, C-PLAYBOOK-BUDGET, C-SETTLED-JOIN).
+//!
+//! [`run`] takes a compiled [`Plan`] and the manifest it came with, refuses before any dispatch
+//! what it cannot run honestly ([`RunError`] of kind `Refused`), and otherwise runs the graph
+//! once and returns the verdict. One coordinator owns all run state (see `coord`).
 
+mod admit;
+mod coord;
 pub mod files;
+mod git;
 pub mod graph;
+mod log;
+mod proc;
+pub mod state;
+mod taskio;
+
+use crucible_pack::LoadedManifest;
+use crucible_plan::wire::TaskResult;
+use crucible_plan::{Ceiling, Outcome, Plan, Verdict};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use proc::kill_all_now;
+
+/// Everything one run needs.
+pub struct RunRequest {
+    pub plan: Plan,
+    pub manifest: LoadedManifest,
+    /// The pack's `tree1:` digest.
+    pub pack_digest: String,
+    pub state_dir: PathBuf,
+    /// Both ceilings are required; `None` is refused before dispatch.
+    pub max_cost: Option<f64>,
+    pub max_secs: Option<u64>,
+    /// Capabilities the substrate provides (`--cap`).
+    pub caps: Vec<String>,
+    /// Isolated tasks in flight at once.
+    pub jobs: usize,
+    /// `--agent-cmd`: overrides `[agent].agent_cmd` and selects the command backend.
+    pub agent_cmd: Option<String>,
+    /// `--harness` / `--model`: launch-wide agent settings.
+    pub harness: Option<String>,
+    pub model: Option<String>,
+}
+
+/// What a caller sees while a run goes (the CLI's live view or plain lines).
+pub trait Observer: Send {
+    fn run_started(&mut self, _run_id: &str, _run_dir: &Path) {}
+    fn task_started(&mut self, _task: &str) {}
+    fn task_settled(&mut self, _row: &TaskResult) {}
+    /// How often [`Observer::tick`] should be called while tasks run; `None` for never.
+    fn tick_interval(&self) -> Option<Duration> {
+        None
+    }
+    fn tick(&mut self, _spent_usd: f64, _elapsed: Duration) {}
+}
+
+/// How a run ended.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub outcome: Outcome,
+    pub ceiling: Option<Ceiling>,
+    pub reason: Option<String>,
+    pub verdict: Verdict,
+    pub spent_usd: f64,
+    pub max_cost: f64,
+    pub elapsed_secs: f64,
+    pub max_secs: u64,
+    /// One entry per task in declaration order: its row, or `None` when it never settled.
+    pub rows: Vec<(String, Option<TaskResult>)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RunError {
+    pub kind: RunErrorKind,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunErrorKind {
+    /// Refused before any dispatch: nothing ran, nothing was spent (exit 1).
+    Refused,
+    /// The run started but its state could not be written; its verdict is not valid.
+    State,
+}
+
+impl RunError {
+    pub(crate) fn refused(message: impl Into<String>) -> RunError {
+        RunError {
+            kind: RunErrorKind::Refused,
+            message: message.into(),
+        }
+    }
+    pub(crate) fn state(message: impl Into<String>) -> RunError {
+        RunError {
+            kind: RunErrorKind::State,
+            message: message.into(),
+        }
+    }
+}
+
+/// Runs the plan once. `stop` delivers operator stop requests (SIGINT/SIGTERM).
+pub async fn run(
+    req: RunRequest,
+    observer: &mut dyn Observer,
+    stop: tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> Result<RunSummary, RunError> {
+    let admitted = admit::admit(&req)?;
+    coord::execute(req, admitted, observer, stop).await
+}

@@ -1,0 +1,1173 @@
+//! The coordinator: one loop owns all run state. It decides readiness, admits dispatches
+//! against the ceilings, and settles results; attempts run as tokio tasks and report back by
+//! message. A settled row is written ahead: its effects on other tasks are applied only once the
+//! log writer reports it durable.
+//!
+//! Per task the state machine is [`TaskState`]: waiting (dependencies unsettled) → ready →
+//! running → settled, or waiting/ready → settled without dispatch (blocked, skipped, truncated),
+//! or left unsettled (early completion, operator stop). Later features extend these transitions
+//! rather than adding a second path: resume folds logged rows into `Settled` before the loop
+//! starts (`Coord::settle` minus the log write); a `when` that is unsatisfied is one more
+//! waiting → settled transition (`not_taken`) in `deps_settled`; fan-out and revise rounds are
+//! sub-rows a node collects before its own `settle`; declared files hang off `Report`.
+
+use crate::admit::Admitted;
+use crate::log::{self, Seq, Writer};
+use crate::proc::{self, Abort, Deadline, Ended};
+use crate::taskio::{self, Graded};
+use crate::{git, state, Observer, RunError, RunRequest, RunSummary};
+use crucible_agent::{PromptParts, TurnSettings};
+use crucible_plan::wire::{
+    AdmittedTask, Blocked, Event, PlanAdmitted, Shutdown, Start, TaskResult, GATE_TASK,
+};
+use crucible_plan::{
+    canonical, duration, BlockedReason, Ceiling, Join, Outcome, Stage, Status, Task, TaskKind,
+    Verdict,
+};
+use serde_json::{Map, Value};
+use std::collections::{BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+enum Msg {
+    /// Every log line up to this one is on disk.
+    Durable(Seq),
+    /// The session log could not be written: the run cannot go on honestly.
+    LogFailed(String),
+    /// An attempt (with its retries) finished.
+    Done(usize, Report),
+}
+
+/// What a dispatched task came back with.
+struct Report {
+    graded: Graded,
+    attempts: u32,
+    cost_usd: f64,
+    secs: f64,
+    refused: Option<String>,
+    transport: Option<String>,
+    /// `Some(reason)` when the task declared early completion and it was accepted.
+    completion: Option<Option<String>>,
+    /// The operator stopped it: it never settled.
+    stopped: bool,
+    /// The run's wall-clock ceiling killed it.
+    ceiling_killed: bool,
+}
+
+impl Report {
+    fn empty() -> Report {
+        Report {
+            graded: Graded::fail("not run", None),
+            attempts: 0,
+            cost_usd: 0.0,
+            secs: 0.0,
+            refused: None,
+            transport: None,
+            completion: None,
+            stopped: false,
+            ceiling_killed: false,
+        }
+    }
+}
+
+/// What every attempt shares, read-only.
+struct Ctx {
+    ws: PathBuf,
+    memory: Arc<git::Memory>,
+    run_dir: PathBuf,
+    max_secs: u64,
+    run_deadline: Instant,
+    agent_cmd: Option<String>,
+    agent_env: Vec<(String, String)>,
+    goal: Option<String>,
+    /// `--harness` / `--model`: above every task's own setting.
+    launch_harness: Option<String>,
+    launch_model: Option<String>,
+    /// `[agent]` defaults: below every task's own setting.
+    default_harness: Option<String>,
+    default_model: Option<String>,
+    default_effort: Option<String>,
+    run_id: String,
+    tx: mpsc::UnboundedSender<Msg>,
+    /// Set once the cost ceiling is reached: spending tasks stop retrying.
+    spend_blocked: Arc<AtomicBool>,
+}
+
+/// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
+/// or `Waiting`/`Ready` → `Settled` without a dispatch (blocked, skipped, truncated). A task
+/// still short of `Settled` when dispatch stops for good (early completion, operator stop)
+/// never settles and gets no row. The settled rows are the run's results: what a resumed run
+/// will fold its log back into.
+enum TaskState {
+    Waiting,
+    Ready,
+    Running,
+    Settled(Box<TaskResult>),
+}
+
+impl TaskState {
+    fn row(&self) -> Option<&TaskResult> {
+        match self {
+            TaskState::Settled(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn passed(&self) -> bool {
+        self.row().is_some_and(|r| r.status.is_pass())
+    }
+
+    fn undispatched(&self) -> bool {
+        matches!(self, TaskState::Waiting | TaskState::Ready)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Main,
+    Epilogue,
+    Done,
+}
+
+struct Coord<'o> {
+    tasks: Arc<Vec<Task>>,
+    params: Value,
+    adm: Admitted,
+    ctx: Arc<Ctx>,
+    observer: &'o mut dyn Observer,
+    writer: Writer,
+    state: Vec<TaskState>,
+    waiting: Vec<usize>,
+    ready_shared: BTreeSet<usize>,
+    ready_isolated: BTreeSet<usize>,
+    shared_busy: bool,
+    isolated_busy: usize,
+    in_flight: usize,
+    jobs: usize,
+    /// Settled rows whose effects wait for durability, in log order.
+    pending: VecDeque<(Seq, usize)>,
+    phase: Phase,
+    /// The required main-graph task whose failure stopped dispatch.
+    halted_by: Option<usize>,
+    completion: Option<Option<String>>,
+    stopped: bool,
+    wall: bool,
+    cost_exhausted: bool,
+    truncated: bool,
+    spent: f64,
+    abort: watch::Sender<Abort>,
+    main_end: Option<(Outcome, Option<Ceiling>, Option<String>, Verdict)>,
+    log_failed: Option<String>,
+    started: Instant,
+}
+
+fn refused<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_ {
+    move |e| RunError::refused(format!("{context}: {e}"))
+}
+
+fn state_err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_ {
+    move |e| RunError::state(format!("{context}: {e}"))
+}
+
+pub async fn execute(
+    req: RunRequest,
+    adm: Admitted,
+    observer: &mut dyn Observer,
+    mut stop: mpsc::UnboundedReceiver<()>,
+) -> Result<RunSummary, RunError> {
+    let started = Instant::now();
+    let run_deadline = started + Duration::from_secs(adm.max_secs);
+    let ws = git::workspace_path(&req.manifest).map_err(refused("workspace"))?;
+    let run_id = state::new_run_id();
+    // Tasks run elsewhere (the workspace, a worktree): every path they are given is absolute.
+    let ws = std::path::absolute(&ws).map_err(refused("workspace"))?;
+    let state_dir = std::path::absolute(&req.state_dir).map_err(refused("state directory"))?;
+    if state_dir.starts_with(&ws) || ws.starts_with(&state_dir) {
+        // The workspace is rebuilt from scratch each run; neither may hold the other.
+        return Err(RunError::refused(format!(
+            "the state directory {} and the workspace {} overlap: keep them apart",
+            state_dir.display(),
+            ws.display()
+        )));
+    }
+    let run_dir = state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
+    let memory = run_dir.join("memory");
+    let base = {
+        let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
+        tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
+            .await
+            .expect("workspace setup does not panic")
+    };
+    let base = match base {
+        Ok(b) => b,
+        Err(e) => {
+            // Nothing was dispatched: the refused run leaves no trace in the state directory.
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(RunError::refused(format!("workspace setup: {e}")));
+        }
+    };
+    let plan_digest = canonical::plan_digest(&req.plan);
+    let started_at = log::now_ts();
+    let run_json = state::RunJson {
+        run: run_id.clone(),
+        pack: req.pack_digest.clone(),
+        plan: plan_digest.clone(),
+        variant: req.manifest.variant.clone(),
+        params: req.plan.params.clone(),
+        max_cost: adm.max_cost,
+        max_secs: adm.max_secs as f64,
+        base_commit: base.to_string(),
+        parent: None,
+        series: None,
+        started_at,
+    };
+    state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
+    state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
+    std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
+    let mut file = log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
+    let start = Event::Start(Start {
+        run: run_id.clone(),
+        gate: GATE_TASK.to_string(),
+        pack: req.pack_digest.clone(),
+        plan: plan_digest,
+        variant: req.manifest.variant.clone(),
+        params: req.plan.params.clone(),
+        max_cost: adm.max_cost,
+        max_secs: adm.max_secs as f64,
+        parent: None,
+        series: None,
+    });
+    log::append_now(&mut file, &start).map_err(state_err("session log"))?;
+    let digests = canonical::task_digests(&req.plan);
+    let admitted = Event::PlanAdmitted(PlanAdmitted {
+        plan_version: req.plan.version,
+        history_record: req.plan.history_record.clone().unwrap_or_default(),
+        tasks: req
+            .plan
+            .tasks
+            .iter()
+            .map(|t| AdmittedTask::from_task(t, digests.get(&t.name).map_or("", |d| d)))
+            .collect(),
+    });
+    log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
+    observer.run_started(&run_id, &run_dir);
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let durable_tx = tx.clone();
+    let writer = Writer::start(file, move |seq| {
+        let _ = durable_tx.send(match seq {
+            Ok(seq) => Msg::Durable(seq),
+            Err(e) => Msg::LogFailed(e),
+        });
+    });
+    let agent = &req.manifest.manifest.agent;
+    let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
+    let ctx = Arc::new(Ctx {
+        ws,
+        memory,
+        run_dir: run_dir.clone(),
+        max_secs: adm.max_secs,
+        run_deadline,
+        agent_cmd: adm.agent_cmd.clone(),
+        agent_env: agent
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        goal: adm.goal.clone(),
+        launch_harness: req.harness.clone(),
+        launch_model: req.model.clone(),
+        default_harness: agent.harness.clone(),
+        default_model: agent.model.clone(),
+        default_effort: agent.effort.clone(),
+        run_id: run_id.clone(),
+        tx,
+        spend_blocked: Arc::new(AtomicBool::new(false)),
+    });
+    let n = req.plan.tasks.len();
+    let (abort, _) = watch::channel(Abort::None);
+    let mut c = Coord {
+        tasks: Arc::new(req.plan.tasks.clone()),
+        params: serde_json::to_value(&req.plan.params).expect("params serialize"),
+        waiting: adm.deps.iter().map(Vec::len).collect(),
+        adm,
+        ctx,
+        observer,
+        writer,
+        state: (0..n).map(|_| TaskState::Waiting).collect(),
+        ready_shared: BTreeSet::new(),
+        ready_isolated: BTreeSet::new(),
+        shared_busy: false,
+        isolated_busy: 0,
+        in_flight: 0,
+        jobs: req.jobs.max(1),
+        pending: VecDeque::new(),
+        phase: Phase::Main,
+        halted_by: None,
+        completion: None,
+        stopped: false,
+        wall: false,
+        cost_exhausted: false,
+        truncated: false,
+        spent: 0.0,
+        abort,
+        main_end: None,
+        log_failed: None,
+        started,
+    };
+    c.admission_rows();
+    c.seed(Stage::Iteration);
+    // A stop that arrived during workspace setup ends the run before its first dispatch.
+    if stop.try_recv().is_ok() {
+        c.on_stop();
+    }
+
+    let tick_every = c.observer.tick_interval();
+    let mut ticker = tokio::time::interval(tick_every.unwrap_or(Duration::from_secs(3600)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        // The ceiling may fall between two events (or during setup): never dispatch past it.
+        if !c.wall && !c.stopped && Instant::now() >= run_deadline {
+            c.on_wall();
+        }
+        c.dispatch();
+        if c.in_flight == 0 && c.log_failed.is_some() {
+            let e = c.log_failed.take().unwrap_or_default();
+            return Err(RunError::state(format!("session log: {e}")));
+        }
+        if c.in_flight == 0 && c.pending.is_empty() {
+            if !c.advance_phase() {
+                break;
+            }
+            continue;
+        }
+        tokio::select! {
+            Some(msg) = rx.recv() => match msg {
+                Msg::Durable(seq) => c.durable(seq),
+                Msg::LogFailed(e) => {
+                    // Nothing more can be written ahead: kill what runs and give up.
+                    c.log_failed = Some(e);
+                    c.on_stop();
+                }
+                Msg::Done(i, report) => c.done(i, report),
+            },
+            Some(()) = stop.recv(), if !c.stopped => c.on_stop(),
+            _ = tokio::time::sleep_until(run_deadline), if !c.wall && !c.stopped => c.on_wall(),
+            _ = ticker.tick(), if tick_every.is_some() => {
+                let elapsed = c.started.elapsed();
+                let spent = c.spent;
+                c.observer.tick(spent, elapsed);
+            }
+        }
+    }
+    c.finish()
+}
+
+impl Coord<'_> {
+    fn task(&self, i: usize) -> &Task {
+        &self.tasks[i]
+    }
+
+    /// Truncation and capability skips, settled before any dispatch (RFC-0002:C-PLAYBOOK-CAPS).
+    fn admission_rows(&mut self) {
+        if let Some(&first) = self.adm.truncating.first() {
+            self.truncated = true;
+            let culprit = self.task(first).name.clone();
+            for i in 0..self.tasks.len() {
+                let t = self.task(i);
+                if self.adm.truncating.contains(&i) {
+                    let note = format!(
+                        "needs `{}`, which this run does not provide: the plan is truncated",
+                        t.needs
+                    );
+                    let row = row(t, Status::Truncated, Some(note));
+                    self.settle(i, row);
+                } else {
+                    let b = blocked(
+                        t,
+                        BlockedReason::Truncated,
+                        Some(&culprit),
+                        format!("the plan is truncated: required task {culprit} cannot run here"),
+                    );
+                    self.settle(i, b);
+                }
+            }
+            return;
+        }
+        for (i, why) in self.adm.cap_skipped.clone() {
+            let r = row(self.task(i), Status::Skipped, Some(why));
+            self.settle(i, r);
+        }
+    }
+
+    /// Makes every unsettled task of `stage` with no unsettled dependency ready.
+    fn seed(&mut self, stage: Stage) {
+        for i in 0..self.tasks.len() {
+            let waiting = matches!(self.state[i], TaskState::Waiting);
+            if self.task(i).stage == stage && waiting && self.waiting[i] == 0 {
+                self.deps_settled(i);
+            }
+        }
+    }
+
+    fn dispatch_closed(&self) -> bool {
+        self.stopped
+            || self.wall
+            || (self.phase == Phase::Main
+                && (self.completion.is_some() || self.halted_by.is_some()))
+            || self.phase == Phase::Done
+    }
+
+    fn dispatch(&mut self) {
+        if self.dispatch_closed() {
+            return;
+        }
+        while !self.shared_busy {
+            let Some(i) = self.ready_shared.pop_first() else {
+                break;
+            };
+            self.try_start(i);
+        }
+        while self.isolated_busy < self.jobs {
+            let Some(i) = self.ready_isolated.pop_first() else {
+                break;
+            };
+            self.try_start(i);
+        }
+    }
+
+    fn try_start(&mut self, i: usize) {
+        if !matches!(self.state[i], TaskState::Ready) {
+            return;
+        }
+        // RFC-0002:C-PLAYBOOK-BUDGET: checked before every dispatch of a task that can spend.
+        if self.task(i).can_spend() && (self.cost_exhausted || self.spent >= self.adm.max_cost) {
+            self.exhaust_cost();
+            let b = blocked(
+                self.task(i),
+                BlockedReason::BudgetCeiling,
+                None,
+                "budget ceiling reached".into(),
+            );
+            self.settle(i, b);
+            return;
+        }
+        self.start(i);
+    }
+
+    fn exhaust_cost(&mut self) {
+        self.cost_exhausted = true;
+        self.ctx.spend_blocked.store(true, Ordering::SeqCst);
+    }
+
+    fn start(&mut self, i: usize) {
+        let task = self.task(i).clone();
+        let inputs = self.inputs(i);
+        self.state[i] = TaskState::Running;
+        self.in_flight += 1;
+        if task.isolated {
+            self.isolated_busy += 1;
+        } else {
+            self.shared_busy = true;
+        }
+        self.observer.task_started(&task.name);
+        let ctx = self.ctx.clone();
+        let abort = self.abort.subscribe();
+        let main = task.stage == Stage::Iteration;
+        tokio::spawn(async move {
+            let tx = ctx.tx.clone();
+            let run =
+                tokio::spawn(async move { attempt(&ctx, i, &task, inputs, main, abort).await });
+            // A panic in the attempt runner must still settle the task, or the run would wait
+            // for it forever.
+            let report = run.await.unwrap_or_else(|e| Report {
+                graded: Graded::fail(format!("internal error in the attempt runner: {e}"), None),
+                ..Report::empty()
+            });
+            let _ = tx.send(Msg::Done(i, report));
+        });
+    }
+
+    /// The inputs JSON a task receives (RFC-0002:C-SETTLED-JOIN, C-PLAYBOOK-PARAMS).
+    fn inputs(&self, i: usize) -> Value {
+        let t = self.task(i);
+        let mut m = Map::new();
+        for &d in &self.adm.deps[i] {
+            let Some(row) = self.state[d].row() else {
+                continue;
+            };
+            let name = self.task(d).name.clone();
+            match t.join {
+                Join::All | Join::Passed => {
+                    if row.status.is_pass() {
+                        m.insert(name, row.output.clone().unwrap_or(Value::Null));
+                    }
+                }
+                Join::Settled => {
+                    let entry =
+                        taskio::settled_entry(row.status, row.note.as_deref(), row.output.as_ref());
+                    m.insert(name, entry);
+                }
+            }
+        }
+        // Reserved inputs are written after the entries, never wrapped in one.
+        if t.kind != TaskKind::Agent {
+            m.insert("params".into(), self.params.clone());
+        }
+        if t.stage == Stage::Epilogue {
+            let exit = self
+                .main_end
+                .as_ref()
+                .map(|e| e.0.as_str())
+                .unwrap_or(Outcome::Finished.as_str());
+            let mut tasks = Map::new();
+            for (j, st) in self.state.iter().enumerate() {
+                if let (Some(r), Stage::Iteration) = (st.row(), self.task(j).stage) {
+                    tasks.insert(
+                        r.task.clone(),
+                        taskio::settled_entry(r.status, r.note.as_deref(), r.output.as_ref()),
+                    );
+                }
+            }
+            let mut outcome = Map::new();
+            outcome.insert("exit".into(), Value::from(exit));
+            outcome.insert("tasks".into(), Value::Object(tasks));
+            m.insert("outcome".into(), Value::Object(outcome));
+        }
+        Value::Object(m)
+    }
+
+    /// Records a settled row: in memory now, on the log through the writer, effects on
+    /// dependents once durable.
+    fn settle(&mut self, i: usize, row: TaskResult) {
+        self.spent += row.cost_usd;
+        if row.cost_usd > 0.0 && self.spent >= self.adm.max_cost {
+            // An attempt carried the total to or past the ceiling.
+            self.exhaust_cost();
+        }
+        self.observer.task_settled(&row);
+        let seq = self.writer.push(&Event::TaskResult(row.clone()));
+        let halts =
+            self.task(i).stage == Stage::Iteration && self.task(i).required && halting(&row);
+        self.state[i] = TaskState::Settled(Box::new(row));
+        self.pending.push_back((seq, i));
+        if halts && self.halted_by.is_none() && !self.truncated {
+            self.halt(i);
+        }
+    }
+
+    /// A required main-graph task settled other than passing: dispatch stops and every main
+    /// task not yet dispatched settles blocked, naming it (RFC-0002:C-SETTLED-JOIN). After an
+    /// accepted early completion they stay unsettled instead (RFC-0002:C-PLAYBOOK-LANE).
+    fn halt(&mut self, culprit: usize) {
+        self.halted_by = Some(culprit);
+        if self.completion.is_some() {
+            return;
+        }
+        let name = self.task(culprit).name.clone();
+        for j in 0..self.tasks.len() {
+            if self.task(j).stage == Stage::Iteration && self.state[j].undispatched() {
+                let b = blocked(
+                    self.task(j),
+                    BlockedReason::RequiredTaskFailed,
+                    Some(&name),
+                    format!("required task {name} failed"),
+                );
+                self.settle(j, b);
+            }
+        }
+    }
+
+    fn durable(&mut self, seq: Seq) {
+        while let Some(&(s, i)) = self.pending.front() {
+            if s > seq {
+                break;
+            }
+            self.pending.pop_front();
+            for j in self.adm.dependents[i].clone() {
+                self.waiting[j] -= 1;
+                if self.waiting[j] == 0 && matches!(self.state[j], TaskState::Waiting) {
+                    self.deps_settled(j);
+                }
+            }
+        }
+    }
+
+    /// Every dependency of `i` is terminal: its join decides (RFC-0002:C-SETTLED-JOIN).
+    fn deps_settled(&mut self, i: usize) {
+        let t = self.task(i);
+        let stage_open = match t.stage {
+            Stage::Iteration => self.phase == Phase::Main,
+            Stage::Epilogue => self.phase == Phase::Epilogue,
+        };
+        if !stage_open {
+            return;
+        }
+        let deps = &self.adm.deps[i];
+        let passing = deps.iter().filter(|&&d| self.state[d].passed()).count();
+        let runnable = match t.join {
+            Join::All => passing == deps.len(),
+            Join::Passed => passing > 0,
+            Join::Settled => true,
+        };
+        if runnable {
+            self.state[i] = TaskState::Ready;
+            if self.task(i).isolated {
+                self.ready_isolated.insert(i);
+            } else {
+                self.ready_shared.insert(i);
+            }
+            return;
+        }
+        let culprit = deps
+            .iter()
+            .find(|&&d| !self.state[d].passed())
+            .map(|&d| self.task(d).name.clone());
+        let b = blocked(
+            t,
+            BlockedReason::DependencyDidNotPass,
+            culprit.as_deref(),
+            "dependency did not pass".into(),
+        );
+        self.settle(i, b);
+    }
+
+    fn done(&mut self, i: usize, report: Report) {
+        self.in_flight -= 1;
+        if self.task(i).isolated {
+            self.isolated_busy -= 1;
+        } else {
+            self.shared_busy = false;
+        }
+        if report.stopped {
+            // Killed by an operator stop: it never settled, so it gets no row.
+            return;
+        }
+        // The attempt saw the ceiling fall before the coordinator's own timer did: the ceiling
+        // comes first, so what it left undispatched is blocked by the ceiling, not by this
+        // task's failure.
+        if report.ceiling_killed && !self.wall && !self.stopped {
+            self.on_wall();
+        }
+        if let Some(reason) = report.completion.clone() {
+            if self.completion.is_none() && !self.stopped && !self.wall {
+                self.completion = Some(reason);
+            }
+        }
+        let t = self.task(i);
+        let r = TaskResult {
+            task: t.name.clone(),
+            status: report.graded.status,
+            note: report.graded.note,
+            output: report.graded.output,
+            attempts: report.attempts,
+            cost_usd: report.cost_usd,
+            secs: report.secs,
+            score: None,
+            files: false,
+            blocked: None,
+            reused_from: None,
+            refused: report.refused,
+            transport: report.transport,
+        };
+        self.settle(i, r);
+    }
+
+    fn on_stop(&mut self) {
+        self.stopped = true;
+        let _ = self.abort.send(Abort::Stop);
+    }
+
+    /// RFC-0002:C-PLAYBOOK-BUDGET: the wall-clock ceiling kills every attempt in flight and
+    /// blocks everything not yet dispatched, epilogue included.
+    fn on_wall(&mut self) {
+        self.wall = true;
+        let _ = self.abort.send(Abort::WallClock);
+        for j in 0..self.tasks.len() {
+            // Main tasks left undispatched by an early completion stay unsettled.
+            let completed_main =
+                self.completion.is_some() && self.task(j).stage == Stage::Iteration;
+            if self.state[j].undispatched() && !completed_main {
+                let b = blocked(
+                    self.task(j),
+                    BlockedReason::WallClockCeiling,
+                    None,
+                    "wall-clock ceiling reached".into(),
+                );
+                self.settle(j, b);
+            }
+        }
+    }
+
+    /// The current phase ran out of work. Returns false when the run is over.
+    fn advance_phase(&mut self) -> bool {
+        match self.phase {
+            Phase::Main => {
+                self.main_end = Some(self.main_outcome());
+                self.ready_shared.clear();
+                self.ready_isolated.clear();
+                self.phase = Phase::Epilogue;
+                // RFC-0002:C-PLAYBOOK-LANE: never after an operator stop or the wall-clock
+                // ceiling; the truncated graph already blocked them.
+                if !self.stopped && !self.wall && !self.truncated {
+                    self.seed(Stage::Epilogue);
+                }
+                true
+            }
+            Phase::Epilogue => {
+                self.phase = Phase::Done;
+                false
+            }
+            Phase::Done => false,
+        }
+    }
+
+    /// How the main graph ended and the verdict it determined (RFC-0002:C-PLAYBOOK-LANE).
+    fn main_outcome(&self) -> (Outcome, Option<Ceiling>, Option<String>, Verdict) {
+        let failed_required = self.tasks.iter().zip(&self.state).find(|(t, st)| {
+            t.stage == Stage::Iteration && t.required && st.row().is_some_and(invalidating)
+        });
+        let invalid = self.stopped
+            || self.wall
+            || self.cost_exhausted
+            || self.truncated
+            || failed_required.is_some();
+        let verdict = if invalid {
+            Verdict::Invalid
+        } else {
+            Verdict::Valid
+        };
+        let (outcome, ceiling, reason) = if self.stopped {
+            (
+                Outcome::Stopped,
+                None,
+                Some("stopped by the operator".into()),
+            )
+        } else if self.wall {
+            (
+                Outcome::Budget,
+                Some(Ceiling::WallClock),
+                Some(format!(
+                    "the wall-clock ceiling of {} was reached",
+                    duration::format(self.adm.max_secs)
+                )),
+            )
+        } else if self.cost_exhausted {
+            (
+                Outcome::Budget,
+                Some(Ceiling::Cost),
+                Some(format!(
+                    "the cost ceiling of ${:.2} was reached",
+                    self.adm.max_cost
+                )),
+            )
+        } else if let Some(reason) = &self.completion {
+            (Outcome::Complete, None, reason.clone())
+        } else if self.truncated {
+            (
+                Outcome::Error,
+                None,
+                Some("the plan is truncated: a required task cannot run here".into()),
+            )
+        } else if let Some((t, _)) = failed_required {
+            (
+                Outcome::Error,
+                None,
+                Some(format!("required task {} did not pass", t.name)),
+            )
+        } else {
+            (Outcome::Finished, None, None)
+        };
+        (outcome, ceiling, reason, verdict)
+    }
+
+    fn finish(self) -> Result<RunSummary, RunError> {
+        let (mut outcome, mut ceiling, mut reason, verdict) =
+            self.main_end.clone().unwrap_or_else(|| self.main_outcome());
+        // A stop or the wall clock during the epilogue says how dispatch ended; the verdict
+        // stays the main graph's (RFC-0002:C-PLAYBOOK-BUDGET).
+        if outcome != Outcome::Stopped && self.stopped {
+            (outcome, ceiling, reason) = (
+                Outcome::Stopped,
+                None,
+                Some("stopped by the operator".into()),
+            );
+        } else if outcome != Outcome::Budget && self.wall {
+            (outcome, ceiling, reason) = (
+                Outcome::Budget,
+                Some(Ceiling::WallClock),
+                Some(format!(
+                    "the wall-clock ceiling of {} was reached",
+                    duration::format(self.adm.max_secs)
+                )),
+            );
+        }
+        // Disposable worktrees whose removal had not finished yet.
+        let _ = std::fs::remove_dir_all(self.ctx.run_dir.join("worktrees"));
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let spent = self.spent;
+        let mut file = self.writer.finish().map_err(state_err("session log"))?;
+        let shutdown = Event::Shutdown(Shutdown {
+            outcome,
+            ceiling,
+            reason: reason.clone(),
+            verdict,
+            spent_usd: spent,
+            elapsed_secs: elapsed,
+        });
+        log::append_now(&mut file, &shutdown).map_err(state_err("session log"))?;
+        Ok(RunSummary {
+            run_id: self.ctx.run_id.clone(),
+            run_dir: self.ctx.run_dir.clone(),
+            outcome,
+            ceiling,
+            reason,
+            verdict,
+            spent_usd: spent,
+            max_cost: self.adm.max_cost,
+            elapsed_secs: elapsed,
+            max_secs: self.adm.max_secs,
+            rows: self
+                .tasks
+                .iter()
+                .zip(self.state)
+                .map(|(t, st)| {
+                    let row = match st {
+                        TaskState::Settled(r) => Some(*r),
+                        _ => None,
+                    };
+                    (t.name.clone(), row)
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Whether a required main-graph row stops dispatch: any settlement other than passing, except
+/// a block by the cost ceiling (non-spending work must still run under that ceiling,
+/// RFC-0002:C-PLAYBOOK-BUDGET) and a capability skip (which leaves the verdict alone,
+/// RFC-0002:C-PLAYBOOK-CAPS).
+fn halting(r: &TaskResult) -> bool {
+    match r.status {
+        Status::Blocked => r
+            .blocked
+            .as_ref()
+            .is_none_or(|b| b.reason != BlockedReason::BudgetCeiling),
+        _ => invalidating(r),
+    }
+}
+
+/// Whether a required main-graph row makes the verdict invalid: the run is valid only when
+/// every required task passed. A skip the task declared itself counts (it did not pass); a
+/// capability skip, which never dispatched, does not.
+fn invalidating(r: &TaskResult) -> bool {
+    match r.status {
+        Status::Fail | Status::Transport | Status::Blocked | Status::Truncated => true,
+        Status::Skipped => r.attempts > 0,
+        Status::Pass | Status::NotTaken => false,
+    }
+}
+
+fn row(t: &Task, status: Status, note: Option<String>) -> TaskResult {
+    TaskResult {
+        task: t.name.clone(),
+        status,
+        note,
+        output: None,
+        attempts: 0,
+        cost_usd: 0.0,
+        secs: 0.0,
+        score: None,
+        files: false,
+        blocked: None,
+        reused_from: None,
+        refused: None,
+        transport: None,
+    }
+}
+
+fn blocked(t: &Task, reason: BlockedReason, culprit: Option<&str>, note: String) -> TaskResult {
+    let mut r = row(t, Status::Blocked, Some(note));
+    r.blocked = Some(Blocked {
+        reason,
+        task: culprit.map(str::to_string),
+    });
+    r
+}
+
+fn file_stem(i: usize, name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{i:04}-{safe}")
+}
+
+/// Runs one dispatched task: its attempts (transport failures retry twice), grading, the
+/// reserved output fields, typed emits, and its git memory.
+async fn attempt(
+    ctx: &Ctx,
+    i: usize,
+    task: &Task,
+    inputs: Value,
+    main: bool,
+    abort: watch::Receiver<Abort>,
+) -> Report {
+    let began = Instant::now();
+    let mut report = Report::empty();
+    let stem = file_stem(i, &task.name);
+    let inputs_text = serde_json::to_string(&inputs).expect("inputs serialize");
+    let inputs_file = ctx.run_dir.join("inputs").join(format!("{stem}.json"));
+    if let Err(e) = std::fs::write(&inputs_file, &inputs_text) {
+        report.graded = Graded::fail(format!("cannot write the inputs file: {e}"), None);
+        return report;
+    }
+    let mut env: Vec<(String, String)> = vec![
+        ("CRUCIBLE_TASK".into(), task.name.clone()),
+        (
+            "CRUCIBLE_INPUTS_FILE".into(),
+            inputs_file.to_string_lossy().into_owned(),
+        ),
+    ];
+    if inputs_text.len() <= crucible_plan::ceilings::INPUTS_ENV_MAX {
+        env.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
+    }
+    let command = if task.kind == TaskKind::Agent {
+        let prompt = match crucible_agent::assemble_prompt(&PromptParts {
+            goal: ctx.goal.as_deref(),
+            task: &task.name,
+            prompt: task.prompt.as_deref().unwrap_or_default(),
+            inputs: &inputs,
+        }) {
+            Ok(p) => p,
+            Err(e) => {
+                report.graded = Graded::fail(e.to_string(), None);
+                return report;
+            }
+        };
+        let prompt_file = ctx.run_dir.join("inputs").join(format!("{stem}.prompt.md"));
+        let _ = std::fs::write(&prompt_file, &prompt);
+        let settings = TurnSettings {
+            harness: (ctx.launch_harness.as_ref())
+                .or(task.harness.as_ref())
+                .or(ctx.default_harness.as_ref())
+                .cloned(),
+            model: (ctx.launch_model.as_ref())
+                .or(task.model.as_ref())
+                .or(ctx.default_model.as_ref())
+                .cloned(),
+            effort: task.effort.clone().or_else(|| ctx.default_effort.clone()),
+            session: task.session.as_ref().map(|s| format!("{}-{s}", ctx.run_id)),
+        };
+        env.extend(ctx.agent_env.iter().cloned());
+        env.extend(crucible_agent::command_env(&prompt, &settings));
+        env.push((
+            "CRUCIBLE_PROMPT_FILE".into(),
+            prompt_file.to_string_lossy().into_owned(),
+        ));
+        ctx.agent_cmd.clone().expect("admission requires a backend")
+    } else {
+        task.run.clone().expect("admission requires run")
+    };
+    let spends = task.can_spend();
+    loop {
+        report.attempts += 1;
+        let cwd = if task.isolated {
+            let dir = ctx
+                .run_dir
+                .join("worktrees")
+                .join(format!("{stem}-{}", report.attempts));
+            let (memory, d) = (ctx.memory.clone(), dir.clone());
+            let made = tokio::task::spawn_blocking(move || memory.checkout_to(&d))
+                .await
+                .expect("checkout does not panic");
+            if let Err(e) = made {
+                report.graded =
+                    Graded::fail(format!("cannot make the isolated worktree: {e}"), None);
+                break;
+            }
+            dir
+        } else {
+            ctx.ws.clone()
+        };
+        if task.kind == TaskKind::Agent {
+            crucible_agent::clear_result(&cwd);
+        }
+        let now = Instant::now();
+        let own = task
+            .timeout_secs
+            .map(|s| now + Duration::from_secs(s))
+            .filter(|at| *at < ctx.run_deadline);
+        let deadline = Deadline {
+            at: own.unwrap_or(ctx.run_deadline),
+            own_limit: own.is_some(),
+        };
+        let finished = proc::run(&command, &cwd, &env, deadline, abort.clone()).await;
+        let f = match finished {
+            Err(e) => {
+                report.transport = Some(e.to_string());
+                report.graded = Graded {
+                    status: Status::Transport,
+                    note: Some(format!("could not start the attempt: {e}")),
+                    output: None,
+                };
+                let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
+                    && *abort.borrow() == Abort::None
+                    && !(spends && ctx.spend_blocked.load(Ordering::SeqCst));
+                cleanup(ctx, task, &cwd).await;
+                if retry {
+                    continue;
+                }
+                break;
+            }
+            Ok(f) => f,
+        };
+        report.transport = None;
+        report.graded = match f.ended {
+            Ended::Stopped => {
+                report.stopped = true;
+                Graded::fail("stopped by the operator", None)
+            }
+            Ended::WallClock => {
+                report.ceiling_killed = true;
+                Graded::fail(
+                    format!(
+                        "wall-clock ceiling reached: the run ran past its {} limit",
+                        duration::format(ctx.max_secs)
+                    ),
+                    None,
+                )
+            }
+            Ended::TimedOut => Graded::fail(
+                format!(
+                    "timed out: the task ran past its {} limit",
+                    duration::format(task.timeout_secs.unwrap_or(ctx.max_secs))
+                ),
+                None,
+            ),
+            Ended::Exited(status) => {
+                grade(task, status.code(), &f.stdout, &f.stderr, &cwd, &mut report)
+            }
+        };
+        if report.graded.status == Status::Pass {
+            if let Some(out) = &report.graded.output {
+                if let Err(note) = taskio::check_emits(task, out) {
+                    report.graded = Graded::fail(note, report.graded.output.clone());
+                }
+            }
+        }
+        declared_completion(task, main, &mut report);
+        if !task.isolated && !report.stopped && report.graded.status == Status::Pass {
+            let (memory, name) = (ctx.memory.clone(), task.name.clone());
+            let committed = tokio::task::spawn_blocking(move || memory.commit_task(&name))
+                .await
+                .expect("commit does not panic");
+            if let Err(e) = committed {
+                report.graded = Graded::fail(
+                    format!("cannot commit the task's changes: {e}"),
+                    report.graded.output.clone(),
+                );
+                report.completion = None;
+            }
+        }
+        // A passing shared task's changes are its commit; everything else is thrown away.
+        if task.isolated || report.graded.status != Status::Pass || report.stopped {
+            cleanup(ctx, task, &cwd).await;
+        }
+        break;
+    }
+    report.secs = began.elapsed().as_secs_f64();
+    report
+}
+
+/// Grades an attempt that exited on its own.
+fn grade(
+    task: &Task,
+    code: Option<i32>,
+    stdout: &[u8],
+    stderr: &[u8],
+    cwd: &std::path::Path,
+    report: &mut Report,
+) -> Graded {
+    if task.kind != TaskKind::Agent {
+        return taskio::grade_exit(task, code, stdout, stderr);
+    }
+    let result = crucible_agent::take_result(&task.name, cwd);
+    if let Ok(r) = &result {
+        report.cost_usd = r.cost_usd;
+    }
+    let output = result.as_ref().ok().map(|r| r.output.clone());
+    if code != Some(0) {
+        let status = code.map_or("killed by a signal".to_string(), |c| format!("exit {c}"));
+        let tail = taskio::stderr_tail(stderr);
+        let note = if tail.is_empty() {
+            status
+        } else {
+            format!("{status}: {tail}")
+        };
+        let g = Graded::fail(note, output.clone());
+        return taskio::apply_status_field(g, output.as_ref());
+    }
+    match result {
+        Err(e) => Graded::fail(e.to_string(), None),
+        Ok(r) => {
+            let g = Graded {
+                status: Status::Pass,
+                note: None,
+                output: Some(r.output.clone()),
+            };
+            taskio::apply_status_field(g, Some(&r.output))
+        }
+    }
+}
+
+/// RFC-0002:C-PLAYBOOK-LANE: early completion is honoured from a passing main-graph command or
+/// evaluate task only; from any other task it is refused on the row and the run goes on.
+fn declared_completion(task: &Task, main: bool, report: &mut Report) {
+    let Some(out) = &report.graded.output else {
+        return;
+    };
+    if out.get("complete").and_then(Value::as_bool) != Some(true) {
+        return;
+    }
+    let from_command = matches!(task.kind, TaskKind::Command | TaskKind::Evaluate);
+    if from_command && main {
+        if report.graded.status == Status::Pass {
+            let reason = out
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            report.completion = Some(reason);
+        }
+    } else if from_command {
+        report.refused = Some(
+            "early completion refused: an epilogue task runs after the main graph and cannot end it early".into(),
+        );
+    } else {
+        report.refused = Some(format!(
+            "early completion refused: a {} task's output is written by a model, so only a command or evaluate task may end the run early",
+            task.kind
+        ));
+    }
+}
+
+/// Discards a shared task's uncommitted changes (before the next shared task may start), or
+/// removes an isolated task's worktree off the critical path (`finish` sweeps what is left).
+async fn cleanup(ctx: &Ctx, task: &Task, cwd: &std::path::Path) {
+    let (memory, cwd) = (ctx.memory.clone(), cwd.to_path_buf());
+    if task.isolated {
+        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&cwd));
+    } else {
+        let _ = tokio::task::spawn_blocking(move || memory.discard()).await;
+    }
+}

@@ -1,0 +1,436 @@
+//! The run's workspace and git memory, in process through libgit2.
+//!
+//! The git directory of the workspace lives in the run's state (`runs/<id>/memory/`) and the
+//! workspace holds a `.git` link to it, so the run's commits (the base, then one `task <name>`
+//! commit per passing task, each also under `refs/crucible/tasks/<name>`) survive a deleted
+//! workspace. Commits carry the engine's own identity, never the machine's git config.
+
+use crucible_pack::LoadedManifest;
+use git2::{build::CheckoutBuilder, IndexAddOption, Oid, Repository, Signature, StatusOptions};
+use std::path::{Component, Path, PathBuf};
+
+/// The base commit's message.
+pub const BASE_MESSAGE: &str = "crucible: baseline workspace";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct GitError {
+    pub message: String,
+}
+
+fn gerr(context: &str) -> impl Fn(git2::Error) -> GitError + '_ {
+    move |e| GitError {
+        message: format!("{context}: {}", e.message()),
+    }
+}
+
+fn ioerr(context: String) -> impl Fn(std::io::Error) -> GitError {
+    move |e| GitError {
+        message: format!("{context}: {e}"),
+    }
+}
+
+fn plain(message: String) -> GitError {
+    GitError { message }
+}
+
+/// The engine's commit identity: `CRUCIBLE_GIT_NAME` / `CRUCIBLE_GIT_EMAIL`, else `crucible`.
+fn signature() -> Result<Signature<'static>, GitError> {
+    let name = std::env::var("CRUCIBLE_GIT_NAME").unwrap_or_else(|_| "crucible".into());
+    let email = std::env::var("CRUCIBLE_GIT_EMAIL").unwrap_or_else(|_| "crucible@localhost".into());
+    Signature::now(&name, &email).map_err(gerr("commit identity"))
+}
+
+/// Where the workspace goes: `[workspace].dir` below the manifest directory, never the manifest
+/// directory itself (the engine deletes and recreates it).
+pub fn workspace_path(manifest: &LoadedManifest) -> Result<PathBuf, GitError> {
+    let dir = &manifest.manifest.workspace.dir;
+    let rel = Path::new(dir);
+    let ok = !dir.is_empty()
+        && rel.components().all(|c| matches!(c, Component::Normal(_)))
+        && rel.components().next().is_some();
+    if !ok {
+        return Err(plain(format!(
+            "[workspace].dir = {dir:?} must be a relative path below the manifest directory, without `..`"
+        )));
+    }
+    Ok(manifest.dir.join(rel))
+}
+
+/// Builds the workspace: clone `[repo]` at `ref` (or start empty), run `setup_cmd`, copy the
+/// injects, and make the base commit. Returns the base commit.
+pub fn setup(manifest: &LoadedManifest, ws: &Path, memory: &Path) -> Result<Oid, GitError> {
+    if ws.exists() {
+        std::fs::remove_dir_all(ws).map_err(ioerr(format!("cannot clear {}", ws.display())))?;
+    }
+    std::fs::create_dir_all(ws).map_err(ioerr(format!("cannot create {}", ws.display())))?;
+    let repo = match &manifest.manifest.repo {
+        Some(r) => {
+            let source = match (&r.url, &r.path) {
+                (Some(url), _) => url.clone(),
+                (None, Some(path)) => {
+                    let p = manifest.resolve(path);
+                    p.canonicalize()
+                        .map_err(ioerr(format!("[repo].path {}", p.display())))?
+                        .to_string_lossy()
+                        .into_owned()
+                }
+                (None, None) => return Err(plain("[repo] names no url or path".into())),
+            };
+            let repo = git2::build::RepoBuilder::new()
+                .bare(true)
+                .clone(&source, memory)
+                .map_err(gerr("cannot clone [repo]"))?;
+            attach(&repo, ws)?;
+            let target = match &r.git_ref {
+                Some(rf) => resolve_ref(&repo, rf)?,
+                None => repo
+                    .head()
+                    .and_then(|h| h.peel_to_commit())
+                    .map(|c| c.id())
+                    .map_err(gerr("the cloned repository has no HEAD commit"))?,
+            };
+            repo.set_head_detached(target)
+                .map_err(gerr("cannot check out [repo].ref"))?;
+            repo.checkout_head(Some(CheckoutBuilder::new().force()))
+                .map_err(gerr("cannot check out [repo].ref"))?;
+            repo
+        }
+        None => {
+            let repo = Repository::init_bare(memory).map_err(gerr("cannot create git memory"))?;
+            attach(&repo, ws)?;
+            repo
+        }
+    };
+    if let Some(cmd) = &manifest.manifest.workspace.setup_cmd {
+        run_setup(cmd, &manifest.dir, ws)?;
+    }
+    inject(manifest, ws)?;
+    let base = commit_all(&repo, BASE_MESSAGE, true)?.expect("forced commit");
+    repo.reference("refs/crucible/base", base, true, "base")
+        .map_err(gerr("cannot record the base commit"))?;
+    Ok(base)
+}
+
+/// Links the workspace to the git directory by a `.git` file only. No `core.worktree` is
+/// recorded, so the memory stays readable (`git --git-dir memory log`) once the workspace is
+/// gone, and git finds the work tree from the link as it does for any linked checkout.
+fn attach(repo: &Repository, ws: &Path) -> Result<(), GitError> {
+    repo.set_workdir(ws, false)
+        .map_err(gerr("cannot attach the workspace"))?;
+    let gitdir = repo
+        .path()
+        .canonicalize()
+        .map_err(ioerr("git memory".into()))?;
+    std::fs::write(ws.join(".git"), format!("gitdir: {}\n", gitdir.display()))
+        .map_err(ioerr("cannot link the workspace".into()))?;
+    // The git directory was made bare; with a work tree it must say so for the git CLI too.
+    repo.config()
+        .and_then(|mut c| c.set_bool("core.bare", false))
+        .map_err(gerr("cannot configure git memory"))
+}
+
+fn resolve_ref(repo: &Repository, rf: &str) -> Result<Oid, GitError> {
+    for candidate in [
+        rf.to_string(),
+        format!("refs/heads/{rf}"),
+        format!("refs/tags/{rf}"),
+    ] {
+        if let Ok(obj) = repo.revparse_single(&candidate) {
+            if let Ok(c) = obj.peel_to_commit() {
+                return Ok(c.id());
+            }
+        }
+    }
+    Err(plain(format!(
+        "[repo].ref {rf:?} names no commit in the repository"
+    )))
+}
+
+fn run_setup(cmd: &str, dir: &Path, ws: &Path) -> Result<(), GitError> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .env("CRUCIBLE_WORKSPACE", ws)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(ioerr("cannot run [workspace].setup_cmd".into()))?;
+    if !out.status.success() {
+        let tail = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+        return Err(plain(format!(
+            "[workspace].setup_cmd failed ({}): {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" ⏎ ")
+        )));
+    }
+    Ok(())
+}
+
+/// Copies each inject below the manifest directory into the workspace (RFC-0001 notes §3): a
+/// file, a directory (every regular file below it) or a glob, in sorted order, confined below
+/// the manifest directory; a source matching nothing is an error.
+fn inject(manifest: &LoadedManifest, ws: &Path) -> Result<(), GitError> {
+    let root = manifest.dir.canonicalize().map_err(ioerr(format!(
+        "manifest directory {}",
+        manifest.dir.display()
+    )))?;
+    for inj in &manifest.manifest.workspace.inject.0 {
+        let src = &inj.src;
+        let is_glob = src.contains(['*', '?', '[']);
+        let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let pattern = root.join(src);
+        let matches: Vec<PathBuf> = if is_glob {
+            glob::glob(&pattern.to_string_lossy())
+                .map_err(|e| plain(format!("inject {src:?} is not a valid glob: {e}")))?
+                .flatten()
+                .collect()
+        } else if pattern.exists() {
+            vec![pattern.clone()]
+        } else {
+            Vec::new()
+        };
+        for m in matches {
+            let real = m
+                .canonicalize()
+                .map_err(ioerr(format!("inject {}", m.display())))?;
+            if !real.starts_with(&root) {
+                return Err(plain(format!(
+                    "inject {src:?} reaches {} outside the manifest directory",
+                    real.display()
+                )));
+            }
+            if real.is_dir() {
+                for f in files_below(&real)? {
+                    let rel_in = f.strip_prefix(&real).expect("below").to_path_buf();
+                    let dst = match &inj.dst {
+                        Some(d) => PathBuf::from(d).join(&rel_in),
+                        None => real.strip_prefix(&root).expect("below").join(&rel_in),
+                    };
+                    pairs.push((f, dst));
+                }
+            } else if real.is_file() {
+                let dst = match (&inj.dst, is_glob) {
+                    (Some(d), true) => PathBuf::from(d).join(real.file_name().expect("a file")),
+                    (Some(d), false) => PathBuf::from(d),
+                    (None, _) => real.strip_prefix(&root).expect("below").to_path_buf(),
+                };
+                pairs.push((real, dst));
+            }
+        }
+        if pairs.is_empty() {
+            return Err(plain(format!(
+                "inject {src:?} matches no file below the manifest directory"
+            )));
+        }
+        pairs.sort();
+        for (from, to) in pairs {
+            if !to.components().all(|c| matches!(c, Component::Normal(_))) {
+                return Err(plain(format!(
+                    "inject destination {} must stay inside the workspace",
+                    to.display()
+                )));
+            }
+            let dest = ws.join(&to);
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(ioerr(format!("{}", parent.display())))?;
+            }
+            std::fs::copy(&from, &dest).map_err(ioerr(format!("inject {}", from.display())))?;
+        }
+    }
+    Ok(())
+}
+
+fn files_below(dir: &Path) -> Result<Vec<PathBuf>, GitError> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(ioerr(format!("{}", d.display())))? {
+            let e = e.map_err(ioerr(format!("{}", d.display())))?;
+            let ty = e.file_type().map_err(ioerr(format!("{}", d.display())))?;
+            if ty.is_dir() {
+                stack.push(e.path());
+            } else if ty.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Stages every change in the work tree and commits it, unless nothing changed (and `force` is
+/// off). Returns the new commit.
+fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oid>, GitError> {
+    let mut index = repo.index().map_err(gerr("cannot read the index"))?;
+    index
+        .add_all(["*"], IndexAddOption::DEFAULT, None)
+        .map_err(gerr("cannot stage changes"))?;
+    index
+        .update_all(["*"], None)
+        .map_err(gerr("cannot stage deletions"))?;
+    let tree_id = index.write_tree().map_err(gerr("cannot write tree"))?;
+    index.write().map_err(gerr("cannot write the index"))?;
+    let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+    if !force && parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
+        return Ok(None);
+    }
+    let tree = repo.find_tree(tree_id).map_err(gerr("cannot read tree"))?;
+    let sig = signature()?;
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    let oid = repo
+        .commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
+        .map_err(gerr("cannot commit"))?;
+    Ok(Some(oid))
+}
+
+/// The run's git memory, opened once: every task's git work goes through this one handle (one
+/// at a time), so no task pays for reopening the repository.
+pub struct Memory(std::sync::Mutex<Repository>);
+
+impl Memory {
+    /// Opens the memory through the workspace's `.git` link, which names the work tree.
+    pub fn open(ws: &Path) -> Result<Memory, GitError> {
+        let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
+        Ok(Memory(std::sync::Mutex::new(repo)))
+    }
+
+    fn repo(&self) -> std::sync::MutexGuard<'_, Repository> {
+        // A panic mid-operation leaves nothing half-done in memory that the next one relies on.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits a passing task's changes as `task <name>` and records them as its commit set.
+    pub fn commit_task(&self, task: &str) -> Result<Option<Oid>, GitError> {
+        commit_task(&self.repo(), task)
+    }
+
+    pub fn discard(&self) -> Result<(), GitError> {
+        discard(&self.repo())
+    }
+
+    pub fn checkout_to(&self, dir: &Path) -> Result<(), GitError> {
+        checkout_to(&self.repo(), dir)
+    }
+}
+
+fn commit_task(repo: &Repository, task: &str) -> Result<Option<Oid>, GitError> {
+    let oid = commit_all(repo, &format!("task {task}"), false)?;
+    if let Some(oid) = oid {
+        let name = task_ref(task);
+        repo.reference(&name, oid, true, "task commit")
+            .map_err(gerr("cannot record the task's commit"))?;
+    }
+    Ok(oid)
+}
+
+/// The ref holding a task's commit set; names that are not valid ref components are hex-encoded.
+pub fn task_ref(task: &str) -> String {
+    let plain = format!("refs/crucible/tasks/{task}");
+    if git2::Reference::is_valid_name(&plain) {
+        plain
+    } else {
+        format!("refs/crucible/tasks/x-{}", hex::encode(task))
+    }
+}
+
+/// Throws away every uncommitted change in the work tree: tracked files back to HEAD, untracked
+/// files and directories removed (ignored ones are left, as `git clean -fd` leaves them).
+fn discard(repo: &Repository) -> Result<(), GitError> {
+    let head = repo
+        .head()
+        .and_then(|h| h.peel(git2::ObjectType::Commit))
+        .map_err(gerr("no HEAD"))?;
+    repo.reset(&head, git2::ResetType::Hard, None)
+        .map_err(gerr("cannot reset the workspace"))?;
+    let ws = repo.workdir().expect("attached workspace").to_path_buf();
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(false);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(gerr("cannot list untracked files"))?;
+    for s in statuses.iter() {
+        if !s.status().contains(git2::Status::WT_NEW) {
+            continue;
+        }
+        let Some(path) = s.path() else { continue };
+        let p = ws.join(path);
+        let removed = if p.is_dir() && !p.is_symlink() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        removed.map_err(ioerr(format!("cannot remove {}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// Writes HEAD's tree into `dir`: a disposable worktree for an isolated task.
+fn checkout_to(repo: &Repository, dir: &Path) -> Result<(), GitError> {
+    std::fs::create_dir_all(dir).map_err(ioerr(format!("{}", dir.display())))?;
+    let tree = repo
+        .head()
+        .and_then(|h| h.peel(git2::ObjectType::Tree))
+        .map_err(gerr("no HEAD tree"))?;
+    repo.checkout_tree(
+        &tree,
+        Some(
+            CheckoutBuilder::new()
+                .force()
+                .target_dir(dir)
+                .update_index(false),
+        ),
+    )
+    .map_err(gerr("cannot write the isolated worktree"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(dir: &Path, body: &str) -> LoadedManifest {
+        let p = dir.join("crucible.toml");
+        std::fs::write(&p, body).unwrap();
+        crucible_pack::load(&p).unwrap()
+    }
+
+    // RFC-0002:C-PLAYBOOK-LANE: commits when and only when a task passes.
+    #[test]
+    fn empty_workspace_base_commit_then_task_commit_and_discard() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::write(d.join("seed.txt"), "seed").unwrap();
+        let m = manifest(
+            d,
+            "[workflow]\ntype = \"playbook\"\n[workspace]\ninject = \"seed.txt\"\n",
+        );
+        let ws = workspace_path(&m).unwrap();
+        let mem = d.join("memory");
+        setup(&m, &ws, &mem).unwrap();
+        let memory = Memory::open(&ws).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
+            "seed"
+        );
+        std::fs::write(ws.join("a.txt"), "a").unwrap();
+        assert!(memory.commit_task("a").unwrap().is_some());
+        assert!(memory.commit_task("noop").unwrap().is_none());
+        std::fs::write(ws.join("seed.txt"), "changed").unwrap();
+        std::fs::create_dir_all(ws.join("junk/deep")).unwrap();
+        std::fs::write(ws.join("junk/deep/x"), "x").unwrap();
+        memory.discard().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
+            "seed"
+        );
+        assert!(!ws.join("junk").exists());
+        let repo = Repository::open(&mem).unwrap();
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        assert_eq!(head.message(), Some("task a"));
+        assert_eq!(head.author().name(), Some("crucible"));
+        let iso = d.join("iso");
+        memory.checkout_to(&iso).unwrap();
+        assert!(iso.join("a.txt").exists() && !iso.join(".git").exists());
+    }
+}

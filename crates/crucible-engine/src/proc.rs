@@ -1,0 +1,335 @@
+//! Attempts as process groups (ARCHITECTURE.md, "Process groups").
+//!
+//! Every attempt runs `sh -c` as the leader of its own process group. A deadline, the wall-clock
+//! ceiling or an operator stop kills the whole group: TERM, a short grace, then KILL, so
+//! grandchildren a task left in the background die with it. When the leader exits on its own,
+//! whatever it left running in its group is killed too: the attempt is over.
+
+use std::collections::HashSet;
+use std::io;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How much of a stream an attempt keeps: only its end matters (the result is the last stdout
+/// line, the note the stderr tail), and a chatty task must not grow the engine without bound.
+const STDOUT_KEEP: usize = 1 << 20;
+const STDERR_KEEP: usize = 256 << 10;
+
+/// Reads a stream to its end, keeping at most its last `keep` bytes.
+async fn read_tail(r: &mut (impl tokio::io::AsyncRead + Unpin), keep: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > 2 * keep {
+                    buf.drain(..buf.len() - keep);
+                }
+            }
+        }
+    }
+    if buf.len() > keep {
+        buf.drain(..buf.len() - keep);
+    }
+    buf
+}
+
+/// How long a group gets between TERM and KILL.
+const GRACE: Duration = Duration::from_millis(500);
+
+/// Every live attempt's process group, so a second operator signal can kill them all at once.
+static GROUPS: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
+
+fn register(pgid: i32) {
+    GROUPS
+        .lock()
+        .expect("group registry")
+        .get_or_insert_with(HashSet::new)
+        .insert(pgid);
+}
+
+fn unregister(pgid: i32) {
+    if let Some(set) = GROUPS.lock().expect("group registry").as_mut() {
+        set.remove(&pgid);
+    }
+}
+
+/// Kills every live attempt's process group with KILL, for an immediate exit.
+pub fn kill_all_now() {
+    if let Some(set) = GROUPS.lock().expect("group registry").as_ref() {
+        for pgid in set {
+            // SAFETY: kill(2) with a negative pid signals a process group; no memory involved.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Why the engine wants every attempt in flight to end now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abort {
+    None,
+    WallClock,
+    Stop,
+}
+
+/// `sh`, found on PATH once: resolving it on every spawn costs a failed exec per PATH entry
+/// ahead of it, on every task.
+fn shell() -> &'static Path {
+    static SH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    SH.get_or_init(|| {
+        std::env::var_os("PATH")
+            .and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join("sh"))
+                    .find(|p| p.is_file())
+            })
+            // Not found: spawning the bare name fails the same way a lookup would.
+            .unwrap_or_else(|| "sh".into())
+    })
+}
+
+/// How an attempt's process ended.
+#[derive(Debug)]
+pub enum Ended {
+    Exited(ExitStatus),
+    /// The task's own limit fell first.
+    TimedOut,
+    /// The run's wall-clock ceiling fell (by deadline or by the coordinator's abort).
+    WallClock,
+    Stopped,
+}
+
+#[derive(Debug)]
+pub struct Finished {
+    pub ended: Ended,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// The deadline an attempt runs under: the earlier of its task's limit and the run's ceiling.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    pub at: Instant,
+    /// Whether `at` is the task's own limit (true) or the run's ceiling (false).
+    pub own_limit: bool,
+}
+
+/// Runs `sh -c command` in `cwd` as its own process group until it exits, its deadline falls,
+/// or `abort` says so. An `Err` is a spawn failure: a transport failure of the attempt.
+pub async fn run(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    deadline: Deadline,
+    mut abort: watch::Receiver<Abort>,
+) -> io::Result<Finished> {
+    let mut cmd = tokio::process::Command::new(shell());
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    register(pgid);
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let read_out = tokio::spawn(async move { read_tail(&mut out, STDOUT_KEEP).await });
+    let read_err = tokio::spawn(async move { read_tail(&mut err, STDERR_KEEP).await });
+    let current = *abort.borrow();
+    let ended = if current != Abort::None {
+        kill_group(pgid).await;
+        let _ = child.wait().await;
+        aborted(current)
+    } else {
+        tokio::select! {
+            status = child.wait() => Ended::Exited(status?),
+            _ = tokio::time::sleep_until(deadline.at) => {
+                kill_group(pgid).await;
+                let _ = child.wait().await;
+                if deadline.own_limit { Ended::TimedOut } else { Ended::WallClock }
+            }
+            why = wait_abort(&mut abort) => {
+                kill_group(pgid).await;
+                let _ = child.wait().await;
+                aborted(why)
+            }
+        }
+    };
+    // Whatever the attempt left running in its group dies with it, so its pipes close too.
+    if group_alive(pgid) {
+        kill_group(pgid).await;
+    }
+    unregister(pgid);
+    let stdout = read_out.await.unwrap_or_default();
+    let stderr = read_err.await.unwrap_or_default();
+    Ok(Finished {
+        ended,
+        stdout,
+        stderr,
+    })
+}
+
+fn aborted(why: Abort) -> Ended {
+    match why {
+        Abort::Stop => Ended::Stopped,
+        _ => Ended::WallClock,
+    }
+}
+
+async fn wait_abort(abort: &mut watch::Receiver<Abort>) -> Abort {
+    loop {
+        if abort.changed().await.is_err() {
+            // The coordinator is gone; nothing will ever abort this attempt.
+            std::future::pending::<()>().await;
+        }
+        let v = *abort.borrow();
+        if v != Abort::None {
+            return v;
+        }
+    }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pgid > 0 && unsafe { libc::kill(-pgid, 0) } == 0
+}
+
+/// TERM, a short grace, then KILL, to the whole group.
+async fn kill_group(pgid: i32) {
+    if pgid <= 0 {
+        return;
+    }
+    // SAFETY: kill(2) on a process group we created.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    let until = Instant::now() + GRACE;
+    while Instant::now() < until && group_has_live_member(pgid) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+/// Whether any member of the group is still running (zombies awaiting a reaper do not count:
+/// some init processes never reap, and a zombie has already released everything).
+fn group_has_live_member(pgid: i32) -> bool {
+    if !group_alive(pgid) {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command: state ppid pgrp ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("");
+        let _ppid = f.next();
+        let pgrp = f.next().and_then(|s| s.parse::<i32>().ok()).unwrap_or(0);
+        if pgrp == pgid && state != "Z" && state != "X" {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn far() -> Deadline {
+        Deadline {
+            at: Instant::now() + Duration::from_secs(30),
+            own_limit: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn captures_output_and_status() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        let env = vec![("X".to_string(), "7".to_string())];
+        let f = run(
+            "echo $X; echo err >&2; exit 3",
+            Path::new("."),
+            &env,
+            far(),
+            rx,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(f.ended, Ended::Exited(s) if s.code() == Some(3)));
+        assert_eq!(f.stdout, b"7\n");
+        assert_eq!(f.stderr, b"err\n");
+    }
+
+    // RFC-0002:C-PLAYBOOK-BUDGET: at its limit the whole group dies, grandchildren included.
+    #[tokio::test]
+    async fn deadline_kills_the_group() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        let d = Deadline {
+            at: Instant::now() + Duration::from_millis(300),
+            own_limit: true,
+        };
+        let f = run("sleep 30 & echo $!; wait", Path::new("."), &[], d, rx)
+            .await
+            .unwrap();
+        assert!(matches!(f.ended, Ended::TimedOut));
+        let pid: u32 = String::from_utf8_lossy(&f.stdout).trim().parse().unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.trim_start().chars().next());
+        assert!(stat.is_empty() || state == Some(Some('Z')), "{stat}");
+    }
+
+    #[tokio::test]
+    async fn abort_stops_an_attempt() {
+        let (tx, rx) = watch::channel(Abort::None);
+        let h = tokio::spawn(async move {
+            run("sleep 30", Path::new("."), &[], far(), rx)
+                .await
+                .unwrap()
+        });
+        // Whether the stop lands before or after the spawn, the attempt ends stopped.
+        tx.send(Abort::Stop).unwrap();
+        assert!(matches!(h.await.unwrap().ended, Ended::Stopped));
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_its_end() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        let cmd = "yes x | head -c 3000000; echo; echo '{\"last\": true}'";
+        let f = run(cmd, Path::new("."), &[], far(), rx).await.unwrap();
+        assert!(f.stdout.len() <= STDOUT_KEEP);
+        assert!(f.stdout.ends_with(b"{\"last\": true}\n"));
+    }
+
+    #[tokio::test]
+    async fn spawn_failure_is_an_error() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        assert!(run("true", Path::new("/nonexistent-dir"), &[], far(), rx)
+            .await
+            .is_err());
+    }
+}

@@ -1,0 +1,43 @@
+//! Operator stop (RFC-0002:C-PLAYBOOK-LANE outcomes): SIGTERM kills attempts in flight, writes
+//! the `stopped` shutdown, skips the epilogue, and the verdict is invalid.
+
+use crate::support::{command, process_gone, wait_for_file, Pack};
+use std::process::Stdio;
+
+#[test]
+fn sigterm_stops_the_run() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        command("long", "echo x > half.txt; sleep 300 & echo $! > \"$PACK/bg.pid\"; touch \"$PACK/started\"; wait", ""),
+        command("later", "echo '{}'", "depends_on = [\"long\"]"),
+        command("epi", "touch \"$PACK/epi.ran\"; echo '{}'", "stage = \"epilogue\"")
+    ));
+    let mut cmd = p.command(&p.run_args(&[])).0;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&p.path().join("started"), 20);
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    let s = p.shutdown();
+    assert_eq!(
+        (s["outcome"].as_str(), s["verdict"].as_str()),
+        (Some("stopped"), Some("invalid"))
+    );
+    assert!(!p.has_row("long") && !p.has_row("later") && !p.has_row("epi"));
+    assert!(!p.path().join("epi.ran").exists());
+    assert!(
+        !p.workspace().join("half.txt").exists(),
+        "an unsettled task commits nothing"
+    );
+    let pid: u32 = std::fs::read_to_string(p.path().join("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(process_gone(pid));
+}

@@ -1,0 +1,188 @@
+//! Shared helpers: a pack written into a tempdir, run through the real binary.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_crucible");
+
+/// A pack in a tempdir: `crucible.toml` plus whatever files a test adds.
+pub struct Pack {
+    dir: tempfile::TempDir,
+}
+
+/// What one `crucible` invocation did.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Pack {
+    /// A playbook manifest: `[workflow] type = "playbook"` followed by `body` (task tables etc).
+    pub fn playbook(body: &str) -> Pack {
+        Pack::with_manifest(&format!("[workflow]\ntype = \"playbook\"\n{body}"))
+    }
+
+    pub fn with_manifest(manifest: &str) -> Pack {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("crucible.toml"), manifest).unwrap();
+        Pack { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        self.path().join("workspace")
+    }
+
+    pub fn file(&self, rel: &str, content: &str) -> &Pack {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+        self
+    }
+
+    /// `plan run` with generous ceilings unless `args` set their own.
+    pub fn run(&self, args: &[&str]) -> Ran {
+        self.command(&self.run_args(args)).run()
+    }
+
+    pub fn run_args(&self, args: &[&str]) -> Vec<String> {
+        let mut all: Vec<String> = vec![
+            "plan".into(),
+            "run".into(),
+            "--manifest".into(),
+            self.path().join("crucible.toml").to_string_lossy().into(),
+        ];
+        if !args.contains(&"--max-cost") && !args.contains(&"--no-max-cost") {
+            all.extend(["--max-cost".into(), "5".into()]);
+        }
+        if !args.contains(&"--max-time") && !args.contains(&"--no-max-time") {
+            all.extend(["--max-time".into(), "60s".into()]);
+        }
+        all.extend(
+            args.iter()
+                .filter(|a| !a.starts_with("--no-max"))
+                .map(|a| a.to_string()),
+        );
+        all
+    }
+
+    pub fn command(&self, args: &[String]) -> Cmd {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(self.path())
+            .env("PACK", self.path())
+            .stdin(Stdio::null());
+        Cmd(c)
+    }
+
+    /// The session log of the most recent run, one value per line.
+    pub fn log(&self) -> Vec<Value> {
+        let current = std::fs::read_to_string(self.state().join("current")).expect("a run");
+        let path = self
+            .state()
+            .join("runs")
+            .join(current.trim())
+            .join("session.jsonl");
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+
+    /// The `task_result` row of `task` in the latest run (exactly one, or the test fails).
+    pub fn row(&self, task: &str) -> Value {
+        let rows: Vec<Value> = self
+            .log()
+            .into_iter()
+            .filter(|l| l["kind"] == "task_result" && l["task"] == task)
+            .collect();
+        assert_eq!(rows.len(), 1, "exactly one row for {task}: {rows:?}");
+        rows.into_iter().next().unwrap()
+    }
+
+    pub fn has_row(&self, task: &str) -> bool {
+        self.log()
+            .iter()
+            .any(|l| l["kind"] == "task_result" && l["task"] == task)
+    }
+
+    pub fn shutdown(&self) -> Value {
+        let log = self.log();
+        let shutdowns: Vec<&Value> = log.iter().filter(|l| l["kind"] == "shutdown").collect();
+        assert_eq!(shutdowns.len(), 1, "exactly one shutdown");
+        assert_eq!(log.last().unwrap()["kind"], "shutdown", "shutdown is last");
+        shutdowns[0].clone()
+    }
+
+    /// The JSON a task wrote to `out/<name>.json` in the pack (tests have tasks save inputs).
+    pub fn saved(&self, name: &str) -> Value {
+        let text = std::fs::read_to_string(self.path().join("out").join(format!("{name}.json")))
+            .unwrap_or_else(|e| panic!("out/{name}.json: {e}"));
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+pub struct Cmd(pub Command);
+
+impl Cmd {
+    pub fn env(mut self, k: &str, v: &str) -> Cmd {
+        self.0.env(k, v);
+        self
+    }
+
+    pub fn run(mut self) -> Ran {
+        let out = self.0.output().expect("the binary runs");
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// A `[[workflow.task]]` command table.
+pub fn command(name: &str, run: &str, extra: &str) -> String {
+    format!(
+        "[[workflow.task]]\nname = \"{name}\"\nkind = \"command\"\nrun = '''{run}'''\n{extra}\n"
+    )
+}
+
+/// A shell snippet that saves the task's inputs JSON to `$PACK/out/<task>.json` and prints `out`.
+pub fn save_inputs_then(out: &str) -> String {
+    format!("mkdir -p \"$PACK/out\"; cp \"$CRUCIBLE_INPUTS_FILE\" \"$PACK/out/$CRUCIBLE_TASK.json\"; echo '{out}'")
+}
+
+/// Whether a process is gone (a zombie awaiting a reaper counts as gone: it runs nothing).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next())
+            .is_some_and(|s| s == 'Z' || s == 'X'),
+    }
+}
+
+/// Blocks until `path` exists (the event a test waits for), failing after `secs`.
+pub fn wait_for_file(path: &Path, secs: u64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
