@@ -86,6 +86,8 @@ pub struct Ctx {
     pub workflow: RefCell<Option<WorkflowDecl>>,
     pub modules: RefCell<HashMap<String, FrozenModule>>,
     pub loading: RefCell<Vec<String>>,
+    /// Where each module is first loaded, for errors about the module as a whole.
+    pub load_sites: RefCell<HashMap<String, Loc>>,
 }
 
 impl Ctx {
@@ -126,6 +128,16 @@ impl Ctx {
         }
         let mut calls = self.calls.borrow_mut();
         walk(Visit::Stmt(ast.statement()), ast, file, &mut calls);
+        let mut sites = self.load_sites.borrow_mut();
+        for l in ast.loads() {
+            let pos = l.span.resolve_span().begin;
+            sites.entry(l.module_id.to_string()).or_insert(Loc {
+                file: file.to_string(),
+                line: pos.line + 1,
+                col: pos.column + 1,
+                call: None,
+            });
+        }
     }
 
     /// The location of the native call being evaluated.

@@ -16,7 +16,8 @@ use crate::diag::rules;
 pub use crate::diag::{Diagnostic, Diagnostics};
 use crucible_pack::files::PackDir;
 use crucible_pack::manifest::AgentConfig;
-use crucible_plan::validate::validate;
+use crucible_plan::validate::{source_answers, validate};
+use crucible_plan::vocab::UNCERTAIN;
 use crucible_plan::{Plan, QuestionKind, WorkflowType, PLAN_VERSION};
 use starlark::environment::{FrozenModule, Globals, GlobalsBuilder, Module};
 use starlark::eval::{Evaluator, FileLoader};
@@ -182,13 +183,14 @@ fn parse_source(
         Diagnostics::from(starlark_diag(
             &e,
             &HashMap::from([(file.to_string(), text.clone())]),
+            file,
         ))
     })?;
     Ok((ast, text))
 }
 
 /// A starlark error (syntax, unknown name, type, ceiling) as a diagnostic.
-fn starlark_diag(e: &starlark::Error, sources: &HashMap<String, String>) -> Diagnostic {
+fn starlark_diag(e: &starlark::Error, sources: &HashMap<String, String>, main: &str) -> Diagnostic {
     let msg = e.without_diagnostic().to_string();
     let first = msg.lines().next().unwrap_or("").trim().to_string();
     let (file, line, col) = match e.span() {
@@ -196,7 +198,7 @@ fn starlark_diag(e: &starlark::Error, sources: &HashMap<String, String>) -> Diag
             let p = s.resolve_span().begin;
             (s.filename().to_string(), p.line + 1, p.column + 1)
         }
-        None => ("<source>".into(), 1, 1),
+        None => (main.to_string(), 1, 1),
     };
     let source_line = sources
         .get(&file)
@@ -309,11 +311,16 @@ struct PackLoader<'c> {
 
 impl FileLoader for PackLoader<'_> {
     fn load(&self, path: &str) -> starlark::Result<FrozenModule> {
+        let site = self.ctx.load_sites.borrow().get(path).cloned();
+        let at_site = |rule: &str, message: String, fix: &str| match &site {
+            Some(loc) => self.ctx.diag(loc, None, rule, message, fix.to_string()),
+            None => file_diag(path, rule, message, fix),
+        };
         let fail = |message: String, fix: &str| {
             self.ctx
                 .diags
                 .borrow_mut()
-                .push(file_diag(path, rules::FILE, message, fix));
+                .push(at_site(rules::FILE, message, fix));
             starlark::Error::new_other(anyhow::Error::new(ctx::Recorded))
         };
         if let Some(m) = self.ctx.modules.borrow().get(path) {
@@ -332,19 +339,21 @@ impl FileLoader for PackLoader<'_> {
             ));
         }
         let (ast, text) = parse_source(&self.ctx.pack, path, &self.ctx.limits).map_err(|d| {
-            self.ctx.diags.borrow_mut().extend(d.0);
+            // A module that cannot be read is reported at its load(); a syntax error inside it
+            // at its own line.
+            let mut ds = d.0;
+            for x in ds.iter_mut().filter(|x| x.rule == rules::FILE) {
+                *x = at_site(rules::FILE, x.message.clone(), &x.fix);
+            }
+            self.ctx.diags.borrow_mut().extend(ds);
             starlark::Error::new_other(anyhow::Error::new(ctx::Recorded))
         })?;
         if let Ok(Some(_)) | Err(_) = params::read_block(&ast, path, &text) {
-            self.ctx.diags.borrow_mut().push(Diagnostic {
-                rule: rules::PARAMS.into(),
-                ..file_diag(
-                    path,
-                    rules::PARAMS,
-                    format!("loaded module `{path}` declares params"),
-                    "only the source a run names may declare parameters: move the block there",
-                )
-            });
+            self.ctx.diags.borrow_mut().push(at_site(
+                rules::PARAMS,
+                format!("loaded module `{path}` declares params"),
+                "only the source a run names may declare parameters: move the block there",
+            ));
             return Err(starlark::Error::new_other(anyhow::Error::new(
                 ctx::Recorded,
             )));
@@ -492,6 +501,7 @@ pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
         workflow: RefCell::default(),
         modules: RefCell::default(),
         loading: RefCell::default(),
+        load_sites: RefCell::default(),
     };
     ctx.index_calls(&req.file, &ast);
     let globals = globals(lane);
@@ -512,8 +522,8 @@ pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
     if !recorded.is_empty() {
         return Err(Diagnostics(recorded));
     }
-    let ends_with_workflow =
-        evaluated.map_err(|e| Diagnostics::from(starlark_diag(&e, &ctx.sources.borrow())))?;
+    let ends_with_workflow = evaluated
+        .map_err(|e| Diagnostics::from(starlark_diag(&e, &ctx.sources.borrow(), &req.file)))?;
     let Some(wf) = ctx.workflow.take() else {
         return Err(file_diag(
             &req.file,
@@ -602,10 +612,20 @@ fn finish(
                         .get(&(w.route, w.question.clone()))
                         .cloned()
                         .unwrap_or_default();
+                    // A typed source narrows what the question can answer.
+                    let given = route
+                        .task
+                        .route
+                        .as_ref()
+                        .and_then(|r| r.source.as_ref())
+                        .and_then(|s| pending.iter().find(|p| &p.task.name == s))
+                        .and_then(|s| s.task.emits.get(&w.question))
+                        .and_then(|ty| source_answers(ty, q));
                     let rest: Vec<String> = q
                         .answers()
                         .into_iter()
                         .filter(|a| !taken.contains(a) && !q.drop.contains(a))
+                        .filter(|a| a == UNCERTAIN || given.as_ref().is_none_or(|g| g.contains(a)))
                         .collect();
                     if rest.is_empty() {
                         errors.push(ctx.diag(&p.loc, Some("otherwise"), rules::ROUTE, format!("otherwise on `{}.{}` is unreachable: every answer is listed or dropped", route.task.name, w.question), "remove the task's when, or free an answer for it".into()));
@@ -674,6 +694,7 @@ fn finish(
                     .and_then(|r| r.split('`').next())
                 {
                     d.did_you_mean = Some(s.to_string());
+                    d.fix = "name one the workflow defines".into();
                 }
                 d
             })

@@ -358,13 +358,16 @@ impl Reader<'_> {
         }
         if d.multiline && ty != ParamType::String {
             err(
-                format!("parameter `{name}` is multiline but a {}", ty.name()),
+                format!("parameter `{name}` is multiline but of type {}", ty.name()),
                 "multiline applies to a string only: remove it",
             );
         }
         if d.pattern.is_some() && ty != ParamType::String {
             err(
-                format!("parameter `{name}` has a pattern but is a {}", ty.name()),
+                format!(
+                    "parameter `{name}` has a pattern but is of type {}",
+                    ty.name()
+                ),
                 "pattern applies to a string only",
             );
         }
@@ -379,7 +382,7 @@ impl Reader<'_> {
         for k in ["minimum", "maximum"] {
             if map.contains_key(k) && !matches!(ty, ParamType::Integer | ParamType::Number) {
                 err(
-                    format!("parameter `{name}` has a {k} but is a {}", ty.name()),
+                    format!("parameter `{name}` has a {k} but is of type {}", ty.name()),
                     "minimum and maximum apply to integer and number",
                 );
             } else if map.get(k).is_some_and(|v| !v.is_number()) {

@@ -157,7 +157,7 @@ pub fn parse(
                 if !list.contains(&lower.as_str()) {
                     errors.push(diag(
                         index,
-                        format!("`{name}`: `{value}` is not a {kind}"),
+                        format!("`{name}`: `{value}` is not a known {kind}"),
                         &format!("use one of {}", list.join(", ")),
                     ));
                     continue;

@@ -111,8 +111,8 @@ fn is_string_list(ty: &FieldType) -> bool {
 }
 
 /// The answers a source field can give a question, when its type says; `None` when it cannot
-/// answer the question at all.
-fn source_answers(ty: &FieldType, q: &Question) -> Option<BTreeSet<String>> {
+/// answer the question at all. The compiler uses it to expand `otherwise` to reachable answers.
+pub fn source_answers(ty: &FieldType, q: &Question) -> Option<BTreeSet<String>> {
     let labels: BTreeSet<String> = q.labels.iter().map(|l| l.value.clone()).collect();
     let bools = || BTreeSet::from(["yes".to_string(), "no".to_string()]);
     let given: BTreeSet<String> = match ty {
@@ -830,12 +830,11 @@ impl<'a> Validator<'a> {
                 "write a positive duration such as 90s, 10m or 2h",
             );
         }
-        let human_route = t.route.as_ref().is_some_and(|r| r.human);
+        // A route's timeout is checked with its decider (human routes only).
         if !matches!(
             t.kind,
-            TaskKind::Agent | TaskKind::Command | TaskKind::Evaluate
-        ) && !human_route
-        {
+            TaskKind::Agent | TaskKind::Command | TaskKind::Evaluate | TaskKind::Route
+        ) {
             self.terr(
                 t,
                 "timeout",
