@@ -1626,3 +1626,140 @@ pub fn did_you_mean<'s>(
         .min()
         .map(|(_, c)| c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Label, RouteSpec, When};
+
+    fn cmd(name: &str, deps: &[&str]) -> Task {
+        let mut t = Task::new(name, TaskKind::Command);
+        t.run = Some("true".into());
+        t.depends_on = deps.iter().map(|d| d.to_string()).collect();
+        t
+    }
+
+    fn plan(tasks: Vec<Task>) -> Plan {
+        Plan {
+            version: PLAN_VERSION,
+            workflow_type: WorkflowType::Playbook,
+            result: None,
+            history_record: None,
+            params: BTreeMap::new(),
+            tasks,
+        }
+    }
+
+    fn rules_of(p: &Plan) -> Vec<String> {
+        validate(p)
+            .into_iter()
+            .map(|e| format!("{}:{}", e.rule, e.task.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_plan_has_no_errors() {
+        assert!(validate(&plan(vec![cmd("a", &[]), cmd("b", &["a"])])).is_empty());
+    }
+
+    // Cycles only arise in TOML plans: the DSL cannot name a task before constructing it.
+    #[test]
+    fn cycles_and_unknown_dependencies() {
+        let errs = validate(&plan(vec![
+            cmd("a", &["c"]),
+            cmd("c", &["a"]),
+            cmd("d", &["bb"]),
+        ]));
+        assert!(errs.iter().any(|e| e.rule == rules::CYCLE), "{errs:?}");
+        let unknown = errs
+            .iter()
+            .find(|e| e.message.contains("unknown task `bb`"))
+            .expect("unknown dep");
+        assert_eq!(unknown.task.as_deref(), Some("d"));
+        assert_eq!(unknown.arg.as_deref(), Some("depends_on"));
+        let errs = validate(&plan(vec![cmd("alpha", &[]), cmd("b", &["alpah"])]));
+        assert!(errs[0].fix.contains("did you mean `alpha`"), "{errs:?}");
+    }
+
+    #[test]
+    fn kind_fields_and_version() {
+        let mut a = cmd("a", &[]);
+        a.prompt = Some("x".into());
+        let mut p = plan(vec![a, Task::new("b", TaskKind::Agent)]);
+        p.version = 2;
+        let r = rules_of(&p);
+        assert!(r.contains(&format!("{}:", rules::VERSION)), "{r:?}");
+        assert!(r.contains(&format!("{}:a", rules::KIND)), "{r:?}");
+        assert!(r.contains(&format!("{}:b", rules::KIND)), "{r:?}");
+    }
+
+    // RFC-0002:C-PLAYBOOK-LANE — engine operations and reducers are not in a playbook.
+    #[test]
+    fn lane_rules_on_the_ir() {
+        let mut e = Task::new("p", TaskKind::Engine);
+        e.op = Some("propose".into());
+        let r = rules_of(&plan(vec![e]));
+        assert_eq!(r, vec![format!("{}:p", rules::LANE)]);
+    }
+
+    // RFC-0002:C-SETTLED-JOIN — settled on a reducer, a report or an engine operation.
+    #[test]
+    fn settled_join_refusals() {
+        let mut k = Task::new("k", TaskKind::TopK);
+        k.k = Some(1);
+        k.direction = Some(crate::Direction::Higher);
+        k.depends_on = vec!["a".into()];
+        k.join = Join::Settled;
+        let mut p = plan(vec![cmd("a", &[]), k]);
+        p.workflow_type = WorkflowType::Custom;
+        assert_eq!(rules_of(&p), vec![format!("{}:k", rules::JOIN)]);
+    }
+
+    // RFC-0001:C-ROUTE — coverage counts drop, and `when` must name a dependency's question.
+    #[test]
+    fn route_coverage() {
+        let mut g = Task::new("g", TaskKind::Route);
+        g.depends_on = vec!["a".into()];
+        let q = crate::Question {
+            kind: QuestionKind::Noul,
+            ask: String::new(),
+            labels: vec![
+                Label {
+                    value: "yes".into(),
+                    description: None,
+                },
+                Label {
+                    value: "no".into(),
+                    description: None,
+                },
+            ],
+            options_from: None,
+            source: None,
+            multiple: false,
+            drop: vec!["uncertain".into()],
+        };
+        g.route = Some(RouteSpec {
+            questions: BTreeMap::from([("ok".into(), q)]),
+            min_confidence: Some(0.5),
+            source: None,
+            human: false,
+            review: None,
+            files: vec![],
+        });
+        let mut b = cmd("b", &["g"]);
+        b.when = Some(When {
+            route: "g".into(),
+            question: "ok".into(),
+            answers: vec!["yes".into()],
+        });
+        let r = rules_of(&plan(vec![cmd("a", &[]), g.clone(), b.clone()]));
+        assert_eq!(r, vec![format!("{}:g", rules::ROUTE)], "`no` is unrouted");
+        let mut c = cmd("c", &["g"]);
+        c.when = Some(When {
+            route: "g".into(),
+            question: "ok".into(),
+            answers: vec!["no".into()],
+        });
+        assert!(validate(&plan(vec![cmd("a", &[]), g, b, c])).is_empty());
+    }
+}
