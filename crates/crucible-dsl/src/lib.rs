@@ -701,3 +701,65 @@ fn finish(
             .collect(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack(src: &str) -> (tempfile::TempDir, CompileRequest) {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("w.star"), src).unwrap();
+        let req = CompileRequest {
+            pack_root: d.path().to_path_buf(),
+            file: "w.star".into(),
+            ..Default::default()
+        };
+        (d, req)
+    }
+
+    #[test]
+    fn task_count_and_prompt_size_are_bounded() {
+        let (_d, mut req) =
+            pack("workflow([command(name = \"t%d\" % i, run = \"true\") for i in range(5)])\n");
+        req.limits.max_tasks = 4;
+        let e = compile(&req).unwrap_err();
+        assert!(e.0[0].message.contains("more than 4 tasks"), "{e}");
+        assert_eq!(e.0[0].rule, rules::LIMIT);
+        let (_d, mut req) = pack("workflow([agent(name = \"a\", prompt = \"x\" * 100)])\n");
+        req.limits.max_prompt_bytes = 99;
+        let e = compile(&req).unwrap_err();
+        assert!(e.0[0].message.contains("over the limit of 99"), "{e}");
+        req.limits.max_source_bytes = 10;
+        let e = compile(&req).unwrap_err();
+        assert!(
+            e.0[0].message.contains("exceeds the limit of 10 bytes"),
+            "{e}"
+        );
+    }
+
+    // RFC-0002:C-PLAYBOOK-SHAPE — the same pack at the same parameters compiles identically.
+    #[test]
+    fn compiling_is_deterministic() {
+        let (_d, req) = pack(
+            "xs = {\"b\": 1, \"a\": 2}\nworkflow([command(name = k, run = \"true\", emits = {\"n\": \"integer\"}) for k in xs])\n",
+        );
+        let a = compile(&req).unwrap();
+        let b = compile(&req).unwrap();
+        assert_eq!(
+            crucible_plan::canonical::to_string(&a.plan),
+            crucible_plan::canonical::to_string(&b.plan)
+        );
+        assert_eq!(a.plan.tasks[0].name, "b");
+    }
+
+    #[test]
+    fn diagnostics_render_rustc_style() {
+        let (_d, req) =
+            pack("a = agent(name = \"a\", prompt = \"x\", repiar = 1)\nworkflow([a])\n");
+        let text = compile(&req).unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "error[argument]: agent() has no argument `repiar`\n --> w.star:1:37\n  | a = agent(name = \"a\", prompt = \"x\", repiar = 1)\n  |                                     ^\n  = did you mean `repair`?\n  = help: use one of: name, prompt, harness, model, effort, sandbox, session, repair, depends_on, needs, join, required, isolated, emits, emits_files, over, max_fanout, keyed, revise, max_rounds, timeout, stage, history, when, answers, otherwise"
+        );
+    }
+}
