@@ -411,6 +411,7 @@ impl<'a> Validator<'a> {
             }
         }
         if t.kind == TopK {
+            self.scores(t);
             if t.k == Some(0) {
                 self.terr(
                     t,
@@ -658,6 +659,47 @@ impl<'a> Validator<'a> {
                     format!("keyed `{k}` is not a field of a dependency"),
                     format!("add `{}` to depends_on", k.task),
                 ),
+            }
+        }
+    }
+
+    /// A top_k reads each candidate's `score`: a candidate that types it must type a number.
+    fn scores(&mut self, t: &Task) {
+        for d in &t.depends_on {
+            let Some(p) = self.by_name.get(d.as_str()).copied() else {
+                continue;
+            };
+            let numeric = |ty: &FieldType| match ty {
+                FieldType::Number | FieldType::Integer | FieldType::Any => true,
+                FieldType::Schema(s) => {
+                    let typed = matches!(
+                        s.get("type").and_then(Value::as_str),
+                        Some("number" | "integer")
+                    );
+                    let enum_ok = s
+                        .get("enum")
+                        .and_then(Value::as_array)
+                        .is_none_or(|e| e.iter().all(Value::is_number));
+                    typed && enum_ok
+                }
+                _ => false,
+            };
+            match p.emits.get("score") {
+                Some(ty) if !numeric(ty) => self.terr(
+                    t,
+                    "depends_on",
+                    rules::EMITS,
+                    format!("candidate `{d}` types `score` as something other than a number"),
+                    format!("type `{d}.score` as \"number\""),
+                ),
+                None if !p.emits.is_empty() => self.terr(
+                    t,
+                    "depends_on",
+                    rules::EMITS,
+                    format!("candidate `{d}` declares emits without `score`"),
+                    format!("add \"score\": \"number\" to `{d}`'s emits"),
+                ),
+                _ => {}
             }
         }
     }
