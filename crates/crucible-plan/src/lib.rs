@@ -7,6 +7,8 @@
 pub mod canonical;
 pub mod duration;
 pub mod plan;
+pub mod render;
+pub mod validate;
 pub mod vocab;
 pub mod wire;
 
