@@ -60,12 +60,54 @@ fn playbook_example_runs_valid() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("verdict: valid"), "{out}");
     let ws = tmp.path().join("workspace");
+    // `collect` changes nothing, so it passes without a commit.
     assert_eq!(
         git_log(&ws),
-        "task summary\ntask draft\ncrucible: baseline workspace\n"
+        "task summary\ntask assemble\ntask draft_fixed\ntask draft_changed\ntask draft_added\ncrucible: baseline workspace\n"
+    );
+    let changelog = std::fs::read_to_string(ws.join("CHANGELOG.md")).unwrap();
+    // The product parameter reached the agent inside the external-input markers, as data.
+    assert!(
+        changelog.starts_with("# Changelog for crucible\n"),
+        "{changelog}"
+    );
+    assert!(changelog.contains("## fixed\n\n- Epilogue tasks run after a failed main graph too"));
+    let summary = std::fs::read_to_string(ws.join("SUMMARY.md")).unwrap();
+    assert!(summary.contains("run ended: finished") && summary.contains("- length: pass"));
+}
+
+// A parameter changes what runs, and a failed grade makes the verdict invalid while the epilogue
+// still reports (RFC-0002:C-PLAYBOOK-LANE).
+#[test]
+fn playbook_example_fails_its_grade_with_a_high_threshold() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&repo_root().join("examples/playbook"), tmp.path());
+    let (code, out) = run_in(
+        tmp.path(),
+        &[
+            "--max-cost",
+            "1",
+            "--max-time",
+            "2m",
+            "--param",
+            "product=widgets",
+            "--param",
+            "min_words=500",
+        ],
+    );
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("verdict: invalid"), "{out}");
+    let ws = tmp.path().join("workspace");
+    let changelog = std::fs::read_to_string(ws.join("CHANGELOG.md")).unwrap();
+    assert!(
+        changelog.starts_with("# Changelog for widgets\n"),
+        "{changelog}"
     );
     let summary = std::fs::read_to_string(ws.join("SUMMARY.md")).unwrap();
-    assert!(summary.contains("# Haiku run: finished") && summary.contains("- shape: pass"));
+    assert!(
+        summary.contains("run ended: error") && summary.contains("- length: fail"),
+        "{summary}"
+    );
 }
 
 // The audit example does real work on this repository: one isolated check per crate, and the
@@ -73,7 +115,7 @@ fn playbook_example_runs_valid() {
 #[test]
 fn audit_example_reports_on_every_crate() {
     let tmp = tempfile::tempdir().unwrap();
-    copy_dir(&repo_root().join("examples/audit"), tmp.path());
+    copy_dir(&repo_root().join("examples/repo-audit"), tmp.path());
     let manifest = tmp.path().join("crucible.toml");
     let text = std::fs::read_to_string(&manifest).unwrap().replace(
         "path = \"../..\"",
@@ -88,10 +130,12 @@ fn audit_example_reports_on_every_crate() {
     let ws = tmp.path().join("workspace");
     let audit = std::fs::read_to_string(ws.join("AUDIT.md")).unwrap();
     for c in [
-        "crucible-plan",
-        "crucible-pack",
-        "crucible-engine",
+        "crucible-agent",
         "crucible-cli",
+        "crucible-dsl",
+        "crucible-engine",
+        "crucible-pack",
+        "crucible-plan",
     ] {
         assert!(audit.contains(&format!("| {c} |")), "{audit}");
     }

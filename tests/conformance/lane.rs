@@ -360,7 +360,7 @@ fn odd_plans_are_refused_before_dispatch() {
         ),
         (
             command("a", "echo '{}'", "depends_on = [\"ghost\"]"),
-            "not a task",
+            "unknown task `ghost`",
         ),
         (
             command("a", "echo '{}'", "emits = { complete = \"boolean\" }"),
@@ -376,7 +376,7 @@ fn odd_plans_are_refused_before_dispatch() {
                     "stage = \"epilogue\"\ndepends_on = [\"a\"]"
                 )
             ),
-            "receives the `outcome` input",
+            "reserved input `outcome`",
         ),
         (
             command("a", "echo '{}'", "emits_files = [\"x.json\"]"),

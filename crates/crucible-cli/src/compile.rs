@@ -53,7 +53,10 @@ fn report(d: &Diagnostics) -> ExitCode {
 }
 
 /// The graph a manifest names: `[workflow].file` compiled, or the inline tables validated.
-fn manifest_plan(m: &LoadedManifest, params: &[String]) -> Result<Result<Compiled, Diagnostics>> {
+pub(crate) fn manifest_plan(
+    m: &LoadedManifest,
+    params: &[String],
+) -> Result<Result<Compiled, Diagnostics>> {
     let ty = m.workflow_type().map_err(|e| anyhow!("{e}"))?;
     let wf = m
         .manifest
@@ -70,7 +73,7 @@ fn manifest_plan(m: &LoadedManifest, params: &[String]) -> Result<Result<Compile
             limits: Limits::default(),
         }));
     }
-    let plan = m
+    let mut plan = m
         .inline_plan()
         .map_err(|e| anyhow!("{e}"))?
         .ok_or_else(|| {
@@ -81,10 +84,11 @@ fn manifest_plan(m: &LoadedManifest, params: &[String]) -> Result<Result<Compile
         })?;
     let problems = validate::validate(&plan);
     if problems.is_empty() {
-        return Ok(Ok(Compiled {
-            plan,
-            repo_ref: None,
-        }));
+        let agent = &m.manifest.agent;
+        return Ok(
+            crucible_dsl::apply_launch_settings(&mut plan, params, Some(agent))
+                .map(|repo_ref| Compiled { plan, repo_ref }),
+        );
     }
     for p in &problems {
         eprintln!("{}: {p}", m.path.display());

@@ -2,14 +2,12 @@
 
 use crate::args::{RerunArgs, RunArgs, RunsArgs};
 use anyhow::{anyhow, bail, Context, Result};
+use crucible_dsl::settings;
 use crucible_engine::{Observer, RunErrorKind, RunRequest, RunSummary};
-use crucible_pack::LoadedManifest;
 use crucible_plan::wire::TaskResult;
-use crucible_plan::{Plan, TaskKind, Verdict};
-use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+use crucible_plan::Verdict;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -25,17 +23,37 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
         .with_context(|| format!("{}", args.manifest.display()))?;
     let mut manifest = crucible_pack::load(&manifest_path)?;
     manifest.workflow_type()?;
-    let mut plan = load_plan(&manifest)?;
-    apply_launch_settings(&mut plan, &mut manifest, &args.params)?;
+    let plan = match crate::compile::manifest_plan(&manifest, &args.params)? {
+        Ok(compiled) => {
+            if let Some(r) = compiled.repo_ref {
+                let repo = manifest.manifest.repo.as_mut().ok_or_else(|| {
+                    anyhow!("--param repo.ref: the manifest has no [repo] to take a ref")
+                })?;
+                repo.git_ref = Some(r);
+            }
+            compiled.plan
+        }
+        Err(diags) => {
+            eprintln!("{diags}");
+            bail!("{} compile error(s): nothing was dispatched", diags.0.len());
+        }
+    };
     // The operator's own flags are not pack-limited, but they must still parse.
-    if let Some(m) = args.model.as_deref().filter(|m| !is_model_name(m)) {
+    if let Some(m) = args
+        .model
+        .as_deref()
+        .filter(|m| !settings::is_model_name(m))
+    {
         bail!("--model {m:?} is not a model name");
     }
     let harness = args.harness.as_deref().map(str::to_ascii_lowercase);
-    if let Some(h) = harness.as_deref().filter(|h| !HARNESSES.contains(h)) {
+    if let Some(h) = harness
+        .as_deref()
+        .filter(|h| !settings::HARNESSES.contains(h))
+    {
         bail!(
             "--harness {h:?} is not a harness ({})",
-            HARNESSES.join(", ")
+            settings::HARNESSES.join(", ")
         );
     }
     let max_secs = match &args.max_time {
@@ -51,7 +69,8 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let pack_digest = pack_digest(&manifest, &state_dir)?;
+    let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
+        .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
     let req = RunRequest {
         plan,
         manifest,
@@ -125,200 +144,6 @@ async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
             std::process::exit(i32::from(EXIT_INVALID));
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// LEAD: MERGE POINT. The `[workflow].file` compile path (crucible-dsl) goes here.
-// ---------------------------------------------------------------------------------------------
-/// The plan a run executes: today only the manifest's inline `[[workflow.task]]` tables.
-fn load_plan(manifest: &LoadedManifest) -> Result<Plan> {
-    let wf = manifest
-        .manifest
-        .workflow
-        .as_ref()
-        .ok_or_else(|| anyhow!("{}: no [workflow] table", manifest.path.display()))?;
-    if let Some(file) = &wf.file {
-        bail!(
-            "[workflow].file = {file:?}: compiling workflow.star needs the compiler, which this build does not have yet; use inline [[workflow.task]] tables"
-        );
-    }
-    manifest.inline_plan()?.ok_or_else(|| {
-        anyhow!(
-            "{}: [workflow] has no tasks: add [[workflow.task]] tables or a file",
-            manifest.path.display()
-        )
-    })
-}
-
-/// The settings a model name may be written with (RFC-0002:C-PLAYBOOK-PARAMS).
-fn is_model_name(m: &str) -> bool {
-    (1..=200).contains(&m.chars().count())
-        && !m.starts_with('-')
-        && m.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-:/@[]".contains(c))
-}
-
-const HARNESSES: &[&str] = &["claude", "codex", "opencode", "pi", "hermes"];
-const EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
-
-/// Checks and applies dotted `--param` launch settings before any dispatch
-/// (RFC-0002:C-PLAYBOOK-PARAMS, run-time half): `<task>.<setting>`, `*.<setting>` and
-/// `repo.ref`, each allowed by `[agent.overrides]`. Undotted names are parameters, which an
-/// inline plan binds in `[workflow.params]` and the compiler binds from the params block.
-fn apply_launch_settings(
-    plan: &mut Plan,
-    manifest: &mut LoadedManifest,
-    params: &[String],
-) -> Result<()> {
-    let overrides = manifest.manifest.agent.overrides.clone();
-    let mut sessions: HashMap<&str, usize> = HashMap::new();
-    for t in &plan.tasks {
-        if let Some(s) = &t.session {
-            *sessions.entry(s.as_str()).or_default() += 1;
-        }
-    }
-    let shared_session: Vec<String> = plan
-        .tasks
-        .iter()
-        .filter(|t| t.session.as_deref().is_some_and(|s| sessions[s] > 1))
-        .map(|t| t.name.clone())
-        .collect();
-    let mut per_task: BTreeMap<(String, String), String> = BTreeMap::new();
-    let mut wide: BTreeMap<String, String> = BTreeMap::new();
-    for p in params {
-        let (name, value) = p
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--param {p:?}: write name=value"))?;
-        let Some((target, setting)) = name.rsplit_once('.') else {
-            bail!("--param {name}: an inline plan declares no parameters; bind values in [workflow.params]");
-        };
-        if target == "repo" && setting == "ref" {
-            if !overrides.git_ref {
-                bail!("--param repo.ref: [agent.overrides] does not allow `ref`");
-            }
-            let repo = manifest
-                .manifest
-                .repo
-                .as_mut()
-                .ok_or_else(|| anyhow!("--param repo.ref: the manifest has no [repo]"))?;
-            if value.is_empty() || value.starts_with('-') || value.contains(char::is_whitespace) {
-                bail!("--param repo.ref: {value:?} is not a git ref");
-            }
-            repo.git_ref = Some(value.to_string());
-            continue;
-        }
-        let allowed = match setting {
-            "model" => overrides.model,
-            "harness" => overrides.harness,
-            "effort" => overrides.effort,
-            _ => bail!(
-                "--param {name}: `{setting}` is not a launch setting (model, harness, effort)"
-            ),
-        };
-        if !allowed {
-            bail!("--param {name}: [agent.overrides] does not allow `{setting}`");
-        }
-        let value = match setting {
-            "harness" | "effort" => {
-                let v = value.to_ascii_lowercase();
-                let known = if setting == "harness" {
-                    HARNESSES
-                } else {
-                    EFFORTS
-                };
-                if !known.contains(&v.as_str()) {
-                    bail!(
-                        "--param {name}: {value:?} is not a {setting} ({})",
-                        known.join(", ")
-                    );
-                }
-                v
-            }
-            _ => {
-                if !is_model_name(value) {
-                    bail!("--param {name}: {value:?} is not a model name");
-                }
-                if !overrides.models.is_empty() && !overrides.models.iter().any(|m| m == value) {
-                    bail!("--param {name}: {value:?} is not one of [agent.overrides].models");
-                }
-                value.to_string()
-            }
-        };
-        if target == "*" {
-            wide.insert(setting.to_string(), value);
-            continue;
-        }
-        let Some(task) = plan.task(target) else {
-            bail!("--param {name}: there is no task `{target}`");
-        };
-        if task.kind != TaskKind::Agent {
-            bail!("--param {name}: task `{target}` runs no agent");
-        }
-        if shared_session.iter().any(|s| s == target) {
-            bail!("--param {name}: task `{target}` shares a session, which runs under one agent config");
-        }
-        per_task.insert((target.to_string(), setting.to_string()), value);
-    }
-    for t in plan.tasks.iter_mut().filter(|t| t.kind == TaskKind::Agent) {
-        for setting in ["model", "harness", "effort"] {
-            let v = per_task
-                .get(&(t.name.clone(), setting.to_string()))
-                .or_else(|| wide.get(setting));
-            if let Some(v) = v {
-                let slot = match setting {
-                    "model" => &mut t.model,
-                    "harness" => &mut t.harness,
-                    _ => &mut t.effort,
-                };
-                *slot = Some(v.clone());
-            }
-        }
-    }
-    Ok(())
-}
-
-// LEAD: replace with `crucible_pack::files::tree1_digest` once the pack helper lands.
-/// A stand-in `tree1:` digest of the pack: SHA-256 over every regular file below the manifest
-/// directory (sorted paths, each with its content's SHA-256), leaving out `.git`, the workspace
-/// and the state directory, which the run itself writes.
-fn pack_digest(manifest: &LoadedManifest, state_dir: &Path) -> Result<String> {
-    let root = &manifest.dir;
-    let skip: Vec<PathBuf> = [
-        root.join(".git"),
-        root.join(&manifest.manifest.workspace.dir),
-        state_dir.to_path_buf(),
-    ]
-    .into_iter()
-    .map(|p| p.canonicalize().unwrap_or(p))
-    .collect();
-    let mut files = Vec::new();
-    let mut stack = vec![root.canonicalize().context("pack directory")?];
-    let base = stack[0].clone();
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).with_context(|| format!("{}", dir.display()))? {
-            let e = e?;
-            let path = e.path();
-            let ty = e.file_type()?;
-            if skip.contains(&path) {
-                continue;
-            }
-            if ty.is_dir() {
-                stack.push(path);
-            } else if ty.is_file() {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    let mut h = Sha256::new();
-    for f in files {
-        let rel = f.strip_prefix(&base).expect("below the pack");
-        let content = std::fs::read(&f).with_context(|| format!("{}", f.display()))?;
-        h.update(rel.to_string_lossy().as_bytes());
-        h.update([0]);
-        h.update(Sha256::digest(&content));
-    }
-    Ok(format!("tree1:{}", hex::encode(h.finalize())))
 }
 
 pub fn plan_rerun(_: &RerunArgs) -> Result<ExitCode> {

@@ -416,6 +416,30 @@ fn split_params(raw: &[String]) -> Result<SplitParams, Diagnostics> {
     }
 }
 
+/// Applies launch settings to a plan that no source compiled (a manifest's inline
+/// `[[workflow.task]]` tables), with exactly the checks a compile makes. Such a plan declares no
+/// parameters, so an undotted name is refused. Returns the launch's `repo.ref`, if any.
+pub fn apply_launch_settings(
+    plan: &mut Plan,
+    raw: &[String],
+    agent: Option<&AgentConfig>,
+) -> Result<Option<String>, Diagnostics> {
+    let (plain, dotted) = split_params(raw)?;
+    if let Some((name, _)) = plain.first() {
+        return Err(file_diag(
+            "--param",
+            rules::PARAMS,
+            format!("`{name}` is not a parameter: an inline [[workflow.task]] plan declares none"),
+            "bind values in [workflow.params], or compile the graph from a workflow.star with a params block",
+        )
+        .into());
+    }
+    let overrides = agent.map(|a| a.overrides.clone()).unwrap_or_default();
+    let launch = settings::parse(&dotted, &overrides).map_err(Diagnostics)?;
+    settings::apply(plan, &launch, agent).map_err(Diagnostics)?;
+    Ok(launch.repo_ref)
+}
+
 /// The params block of a source as a JSON Schema (draft 2020-12), without evaluating it.
 pub fn params_schema(path: &Path) -> Result<serde_json::Value, Diagnostics> {
     let root = path
