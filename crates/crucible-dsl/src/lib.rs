@@ -542,7 +542,7 @@ pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
         )
         .into());
     }
-    let mut plan = finish(&ctx, wf, lane, bound)?;
+    let mut plan = finish(&ctx, wf, lane, bound, req.agent.as_ref())?;
     settings::apply(&mut plan, &launch, req.agent.as_ref()).map_err(Diagnostics)?;
     Ok(Compiled {
         plan,
@@ -557,9 +557,32 @@ fn finish(
     wf: crate::ctx::WorkflowDecl,
     lane: WorkflowType,
     params: BTreeMap<String, serde_json::Value>,
+    agent: Option<&AgentConfig>,
 ) -> Result<Plan, Diagnostics> {
     let pending: Vec<Pending> = ctx.tasks.borrow().clone();
     let mut errors = Vec::new();
+    // A sandbox names an [agent.sandbox.<name>]; without a manifest there is nothing to check.
+    if let Some(agent) = agent {
+        for p in &pending {
+            if let Some(sb) = p
+                .task
+                .sandbox
+                .as_deref()
+                .filter(|sb| !agent.sandbox.contains_key(*sb))
+            {
+                let mut d = ctx.diag(
+                    &p.loc,
+                    Some("sandbox"),
+                    rules::WORKFLOW,
+                    format!("sandbox `{sb}` is not declared in the manifest"),
+                    format!("declare [agent.sandbox.{sb}], or name a declared one"),
+                );
+                d.did_you_mean =
+                    crate::diag::did_you_mean(sb, agent.sandbox.keys().map(String::as_str));
+                errors.push(d);
+            }
+        }
+    }
     let listed: BTreeSet<usize> = wf.tasks.iter().copied().collect();
     for (i, p) in pending.iter().enumerate() {
         if !listed.contains(&i) {
