@@ -468,6 +468,14 @@ pub fn common(builder: &mut GlobalsBuilder) {
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Agent);
         let dir = a.req_str("skill")?;
         let dir = dir.trim_end_matches('/').to_string();
+        if !a.ctx.pack.is_dir(&dir).unwrap_or(false) {
+            return Err(a.fail(
+                Some("skill"),
+                rules::FILE,
+                format!("skill(): `{dir}` is not a directory below the pack"),
+                "name a skill directory holding SKILL.md, reached without links".into(),
+            ));
+        }
         let instructions = a.pack_text("skill", &format!("{dir}/SKILL.md"))?;
         let mut prompt = Marked {
             parts: vec![Part {
