@@ -67,6 +67,8 @@ fn manifest_plan(m: &LoadedManifest, params: &[String]) -> Result<Result<Compile
             params: params.to_vec(),
             agent: Some(m.manifest.agent.clone()),
             workflow_type: Some(ty),
+            result: wf.result.clone(),
+            history_record: wf.history_record.clone(),
             limits: Limits::default(),
         }));
     }
@@ -95,6 +97,16 @@ fn manifest_plan(m: &LoadedManifest, params: &[String]) -> Result<Result<Compile
     ))
 }
 
+/// A `[workflow]` key of an optional manifest.
+fn wf_field(
+    m: &Option<LoadedManifest>,
+    f: impl Fn(&manifest::WorkflowConfig) -> Option<String>,
+) -> Option<String> {
+    m.as_ref()
+        .and_then(|m| m.manifest.workflow.as_ref())
+        .and_then(f)
+}
+
 pub fn compile(a: &CompileArgs) -> Result<ExitCode> {
     let loaded = a
         .manifest
@@ -114,6 +126,8 @@ pub fn compile(a: &CompileArgs) -> Result<ExitCode> {
         params: a.params.clone(),
         agent: loaded.as_ref().map(|m| m.manifest.agent.clone()),
         workflow_type,
+        result: wf_field(&loaded, |w| w.result.clone()),
+        history_record: wf_field(&loaded, |w| w.history_record.clone()),
         limits: Limits::default(),
     };
     match crucible_dsl::compile(&req) {

@@ -195,3 +195,52 @@ fn pack_digest_reports_ignored_paths() {
         .assert()
         .code(1);
 }
+
+#[test]
+fn manifest_result_applies_where_the_source_names_none() {
+    let d = pack();
+    let manifest = d.path().join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace(
+            "file = \"workflow.star\"\n",
+            "file = \"workflow.star\"\nresult = \"write\"\n",
+        ),
+    )
+    .unwrap();
+    let out = crucible()
+        .args(["plan", "compile", "--file"])
+        .arg(d.path().join("workflow.star"))
+        .arg("--manifest")
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["result"], "write");
+    let src = d.path().join("workflow.star");
+    let body = std::fs::read_to_string(&src).unwrap();
+    std::fs::write(
+        &src,
+        body.replace(
+            "workflow([w, g, ship, hold, note, after])",
+            "workflow([w, g, ship, hold, note, after], result = note)",
+        ),
+    )
+    .unwrap();
+    crucible()
+        .args(["plan", "compile", "--file"])
+        .arg(&src)
+        .arg("--manifest")
+        .arg(&manifest)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "disagrees with the manifest's [workflow].result",
+        ));
+}

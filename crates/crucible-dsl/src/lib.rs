@@ -103,6 +103,10 @@ pub struct CompileRequest {
     pub agent: Option<AgentConfig>,
     /// The manifest's `[workflow].type`, which the source must agree with.
     pub workflow_type: Option<WorkflowType>,
+    /// The manifest's `[workflow].result` and `history_record`: they apply where the source's
+    /// `workflow()` names none, and must agree where it does.
+    pub result: Option<String>,
+    pub history_record: Option<String>,
     pub limits: Limits,
 }
 
@@ -542,12 +546,34 @@ pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
         )
         .into());
     }
-    let mut plan = finish(&ctx, wf, lane, bound, req.agent.as_ref())?;
+    let mut plan = finish(&ctx, wf, lane, bound, req)?;
     settings::apply(&mut plan, &launch, req.agent.as_ref()).map_err(Diagnostics)?;
     Ok(Compiled {
         plan,
         repo_ref: launch.repo_ref,
     })
+}
+
+/// The source's selection, or the manifest's where the source names none; they must agree.
+fn merge_selection(
+    ctx: &Ctx,
+    key: &str,
+    source: Option<String>,
+    manifest: &Option<String>,
+) -> Result<Option<String>, Diagnostics> {
+    match (source, manifest) {
+        (Some(s), Some(m)) if &s != m => Err(file_diag(
+            &ctx.main_file,
+            rules::WORKFLOW,
+            format!(
+                "workflow({key} = {s}) disagrees with the manifest's [workflow].{key} = \"{m}\""
+            ),
+            "name the task in one place",
+        )
+        .into()),
+        (Some(s), _) => Ok(Some(s)),
+        (None, m) => Ok(m.clone()),
+    }
 }
 
 /// Expands `when`, assembles the plan in `workflow()` order, and validates it, mapping each
@@ -557,8 +583,9 @@ fn finish(
     wf: crate::ctx::WorkflowDecl,
     lane: WorkflowType,
     params: BTreeMap<String, serde_json::Value>,
-    agent: Option<&AgentConfig>,
+    req: &CompileRequest,
 ) -> Result<Plan, Diagnostics> {
+    let agent = req.agent.as_ref();
     let pending: Vec<Pending> = ctx.tasks.borrow().clone();
     let mut errors = Vec::new();
     // A sandbox names an [agent.sandbox.<name>]; without a manifest there is nothing to check.
@@ -677,8 +704,18 @@ fn finish(
     let plan = Plan {
         version: PLAN_VERSION,
         workflow_type: lane,
-        result: wf.result.map(|i| pending[i].task.name.clone()),
-        history_record: wf.history_record.map(|i| pending[i].task.name.clone()),
+        result: merge_selection(
+            ctx,
+            "result",
+            wf.result.map(|i| pending[i].task.name.clone()),
+            &req.result,
+        )?,
+        history_record: merge_selection(
+            ctx,
+            "history_record",
+            wf.history_record.map(|i| pending[i].task.name.clone()),
+            &req.history_record,
+        )?,
         params,
         tasks,
     };

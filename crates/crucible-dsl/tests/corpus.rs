@@ -52,6 +52,8 @@ fn request(path: &Path) -> CompileRequest {
         params,
         agent,
         workflow_type: None,
+        result: None,
+        history_record: None,
         limits: Limits::default(),
     }
 }
