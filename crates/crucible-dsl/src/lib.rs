@@ -654,6 +654,10 @@ fn finish(
             let answers = match (q, &w.answers, w.otherwise) {
                 (_, Some(a), _) => a.clone(),
                 (Some(q), None, true) => {
+                    if q.options_from.is_some() {
+                        errors.push(ctx.diag(&p.loc, Some("otherwise"), rules::ROUTE, "otherwise on a choice whose options come from a field is not supported yet".into(), "route its \"uncertain\" answer with answers = \"uncertain\"".into()));
+                        continue;
+                    }
                     let taken = listed_answers
                         .get(&(w.route, w.question.clone()))
                         .cloned()
@@ -673,9 +677,7 @@ fn finish(
                         .filter(|a| !taken.contains(a) && !q.drop.contains(a))
                         .filter(|a| a == UNCERTAIN || given.as_ref().is_none_or(|g| g.contains(a)))
                         .collect();
-                    // On a choice whose options come from a field, otherwise also stands for every
-                    // option it resolves to, so it is reachable whatever else is listed.
-                    if rest.is_empty() && q.options_from.is_none() {
+                    if rest.is_empty() {
                         errors.push(ctx.diag(&p.loc, Some("otherwise"), rules::ROUTE, format!("otherwise on `{}.{}` is unreachable: every answer is listed or dropped", route.task.name, w.question), "remove the task's when, or free an answer for it".into()));
                     }
                     rest
@@ -688,12 +690,10 @@ fn finish(
                 // An unknown question: validation names it with a did-you-mean.
                 (None, None, _) => Vec::new(),
             };
-            let any_option = w.otherwise && q.is_some_and(|q| q.options_from.is_some());
             t.when = Some(crucible_plan::When {
                 route: route.task.name.clone(),
                 question: w.question.clone(),
                 answers,
-                any_option,
             });
         }
         tasks.push(t);

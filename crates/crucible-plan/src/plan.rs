@@ -440,10 +440,6 @@ pub struct When {
     pub route: String,
     pub question: String,
     pub answers: Vec<String>,
-    /// Also runs on every option a choice whose options come from a field resolves to: what
-    /// `otherwise` stands for on such a choice, whose labels are unknown until it decides.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub any_option: bool,
 }
 
 /// An engine-owned report task.

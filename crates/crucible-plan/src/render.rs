@@ -120,16 +120,12 @@ pub fn to_mermaid(plan: &Plan) -> String {
             let from = node_id(d);
             match &t.when {
                 Some(w) if &w.route == d => {
-                    let mut answers = w.answers.clone();
-                    if w.any_option {
-                        answers.push("(any option)".into());
-                    }
                     let _ = writeln!(
                         out,
                         "  {from} -- \"{}.{}={}\" --> {to}",
                         w.route,
                         w.question,
-                        answers.join("|")
+                        w.answers.join("|")
                     );
                 }
                 _ if t.is_optional_dep(d) => {
@@ -221,7 +217,6 @@ mod tests {
             route: "gate".into(),
             question: "ok".into(),
             answers: vec!["yes".into()],
-            any_option: false,
         });
         m.threshold = None;
         let mut e = Task::new("tell", TaskKind::Command);

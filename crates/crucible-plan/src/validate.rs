@@ -814,19 +814,7 @@ impl<'a> Validator<'a> {
                 "map this task over the same list, or branch on an unmapped route",
             );
         }
-        if w.any_option && q.options_from.is_none() {
-            self.terr(
-                t,
-                "when",
-                rules::ROUTE,
-                format!(
-                    "`{}.{}` declares its options: any_option is for options read from a field",
-                    w.route, w.question
-                ),
-                "list the answers instead",
-            );
-        }
-        if w.answers.is_empty() && !w.any_option {
+        if w.answers.is_empty() {
             self.terr(
                 t,
                 "answers",
@@ -1350,16 +1338,12 @@ impl<'a> Validator<'a> {
     /// Every label of a question some `when` refers to is routed or dropped (RFC-0001:C-ROUTE).
     fn coverage(&mut self) {
         let mut routed: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
-        let mut options_routed: BTreeSet<(&str, &str)> = BTreeSet::new();
         for t in &self.plan.tasks {
             if let Some(w) = &t.when {
                 routed
                     .entry((w.route.as_str(), w.question.as_str()))
                     .or_default()
                     .extend(w.answers.iter().map(String::as_str));
-                if w.any_option {
-                    options_routed.insert((w.route.as_str(), w.question.as_str()));
-                }
             }
         }
         for ((route, qid), listed) in routed {
@@ -1371,15 +1355,6 @@ impl<'a> Validator<'a> {
             };
             if q.kind == QuestionKind::Pick {
                 continue;
-            }
-            if q.options_from.is_some() && !options_routed.contains(&(route, qid)) {
-                self.err(
-                    Some(route),
-                    Some("questions"),
-                    rules::ROUTE,
-                    format!("the options `{route}.{qid}` reads from a field are unrouted"),
-                    "give one task otherwise = True: it is the only way to route options read at decision time",
-                );
             }
             let possible = self.possible_answers(rt, qid, q);
             let missing: Vec<String> = possible
@@ -1822,7 +1797,6 @@ mod tests {
             route: "g".into(),
             question: "ok".into(),
             answers: vec!["yes".into()],
-            any_option: false,
         });
         let r = rules_of(&plan(vec![cmd("a", &[]), g.clone(), b.clone()]));
         assert_eq!(r, vec![format!("{}:g", rules::ROUTE)], "`no` is unrouted");
@@ -1831,7 +1805,6 @@ mod tests {
             route: "g".into(),
             question: "ok".into(),
             answers: vec!["no".into()],
-            any_option: false,
         });
         assert!(validate(&plan(vec![cmd("a", &[]), g, b, c])).is_empty());
     }
