@@ -389,11 +389,28 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             plan.workflow_type
         );
         print_deadlines(plan);
+        let needed: BTreeSet<&str> = plan
+            .tasks
+            .iter()
+            .map(|t| t.needs.as_str())
+            .filter(|n| *n != "any")
+            .collect();
+        if !needed.is_empty() {
+            println!(
+                "capabilities needed: {}",
+                needed.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
         let (truncated, skipped) = verdict(plan, &a.caps);
         for s in &skipped {
             println!("{s}");
         }
         match truncated {
+            // Without --cap the substrate is unknown: the verdict is shown, not held against
+            // the pack.
+            Some(v) if a.caps.is_empty() => {
+                println!("{v} (with no --cap given; pass the substrate's capabilities to check it)")
+            }
             Some(v) => {
                 println!("{v}");
                 findings += 1;

@@ -161,7 +161,23 @@ fn check_prints_bounds_and_env_names_only() {
         ))
         .stdout(predicate::str::contains("[agent].env names: API_KEY"))
         .stdout(predicate::str::contains("sk-secret-value").not())
+        .stdout(predicate::str::contains("capabilities needed: gpu, human"))
         .stdout(predicate::str::contains("check: ok"));
+    // Without --cap the verdict is information, not a finding.
+    crucible()
+        .args(["check", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "verdict: TRUNCATED — gate needs human (with no --cap given",
+        ));
+    crucible()
+        .args(["check", "--cap", "gpu", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("check: 1 finding(s)"));
     write(
         d.path(),
         "bad/crucible.toml",
