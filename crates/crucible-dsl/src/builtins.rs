@@ -790,7 +790,8 @@ pub fn common(builder: &mut GlobalsBuilder) {
         )?;
         let v = a.take_pos(0, "tasks");
         let v = a.require("tasks", v)?;
-        let arg = if a.loc.call.is_some() { "#0" } else { "tasks" };
+        // Errors point at the positional list; passed as `tasks = ...` they fall back to the call.
+        let arg = "#0";
         let mut tasks = Vec::new();
         for x in a.items(arg, v)? {
             let (idx, name) = a.as_task(arg, x)?;
