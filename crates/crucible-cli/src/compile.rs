@@ -172,7 +172,10 @@ pub fn verdict(plan: &Plan, caps: &[String]) -> (Option<String>, Vec<String>) {
         loop {
             let before = below.len();
             for d in &plan.tasks {
-                if d.depends_on.iter().any(|x| below.contains(x.as_str())) {
+                // A settled join runs whatever its dependencies settled as (RFC-0002:C-SETTLED-JOIN).
+                if d.join != crucible_plan::Join::Settled
+                    && d.depends_on.iter().any(|x| below.contains(x.as_str()))
+                {
                     below.insert(d.name.as_str());
                 }
             }

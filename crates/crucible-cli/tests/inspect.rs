@@ -28,7 +28,8 @@ ship = command(name = "ship", run = "true", depends_on = [g], when = g.ok)
 hold = command(name = "hold", run = "true", depends_on = [g], when = g.ok, otherwise = True)
 note = agent(name = "note", prompt = "note", needs = "gpu", required = False)
 after = command(name = "after", run = "true", depends_on = [note], required = False)
-workflow([w, g, ship, hold, note, after])
+sweep = command(name = "sweep", run = "true", depends_on = [note], join = "settled", required = False)
+workflow([w, g, ship, hold, note, after, sweep])
 "#,
     );
     write(
@@ -133,7 +134,7 @@ fn plan_show_prints_the_truncation_verdict() {
         .assert()
         .success()
         .stdout(predicate::str::contains(
-            "skipped: note needs gpu (advisory), with after",
+            "skipped: note needs gpu (advisory), with after\n",
         ))
         .stdout(predicate::str::contains("timeout write: 10m"))
         .stdout(predicate::str::contains("verdict: runnable"));
@@ -244,8 +245,8 @@ fn manifest_result_applies_where_the_source_names_none() {
     std::fs::write(
         &src,
         body.replace(
-            "workflow([w, g, ship, hold, note, after])",
-            "workflow([w, g, ship, hold, note, after], result = note)",
+            "workflow([w, g, ship, hold, note, after, sweep])",
+            "workflow([w, g, ship, hold, note, after, sweep], result = note)",
         ),
     )
     .unwrap();
