@@ -183,16 +183,16 @@ pub fn verdict(plan: &Plan, caps: &[String]) -> (Option<String>, Vec<String>) {
                 break;
             }
         }
+        let dependents: Vec<&str> = below.into_iter().filter(|n| *n != t.name).collect();
         skipped.push(format!(
             "skipped: {} needs {} (advisory), with {}",
             t.name,
             t.needs,
-            below
-                .iter()
-                .filter(|n| **n != t.name)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            if dependents.is_empty() {
+                "no dependents".to_string()
+            } else {
+                dependents.join(", ")
+            }
         ));
     }
     (None, skipped)
