@@ -70,6 +70,8 @@ pub(crate) fn manifest_plan(
             params: params.to_vec(),
             agent: Some(m.manifest.agent.clone()),
             workflow_type: Some(ty),
+            result: wf.result.clone(),
+            history_record: wf.history_record.clone(),
             limits: Limits::default(),
         }));
     }
@@ -99,6 +101,16 @@ pub(crate) fn manifest_plan(
     ))
 }
 
+/// A `[workflow]` key of an optional manifest.
+fn wf_field(
+    m: &Option<LoadedManifest>,
+    f: impl Fn(&manifest::WorkflowConfig) -> Option<String>,
+) -> Option<String> {
+    m.as_ref()
+        .and_then(|m| m.manifest.workflow.as_ref())
+        .and_then(f)
+}
+
 pub fn compile(a: &CompileArgs) -> Result<ExitCode> {
     let loaded = a
         .manifest
@@ -118,6 +130,8 @@ pub fn compile(a: &CompileArgs) -> Result<ExitCode> {
         params: a.params.clone(),
         agent: loaded.as_ref().map(|m| m.manifest.agent.clone()),
         workflow_type,
+        result: wf_field(&loaded, |w| w.result.clone()),
+        history_record: wf_field(&loaded, |w| w.history_record.clone()),
         limits: Limits::default(),
     };
     match crucible_dsl::compile(&req) {
@@ -162,7 +176,10 @@ pub fn verdict(plan: &Plan, caps: &[String]) -> (Option<String>, Vec<String>) {
         loop {
             let before = below.len();
             for d in &plan.tasks {
-                if d.depends_on.iter().any(|x| below.contains(x.as_str())) {
+                // A settled join runs whatever its dependencies settled as (RFC-0002:C-SETTLED-JOIN).
+                if d.join != crucible_plan::Join::Settled
+                    && d.depends_on.iter().any(|x| below.contains(x.as_str()))
+                {
                     below.insert(d.name.as_str());
                 }
             }
@@ -170,16 +187,16 @@ pub fn verdict(plan: &Plan, caps: &[String]) -> (Option<String>, Vec<String>) {
                 break;
             }
         }
+        let dependents: Vec<&str> = below.into_iter().filter(|n| *n != t.name).collect();
         skipped.push(format!(
             "skipped: {} needs {} (advisory), with {}",
             t.name,
             t.needs,
-            below
-                .iter()
-                .filter(|n| **n != t.name)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            if dependents.is_empty() {
+                "no dependents".to_string()
+            } else {
+                dependents.join(", ")
+            }
         ));
     }
     (None, skipped)
@@ -379,11 +396,28 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             plan.workflow_type
         );
         print_deadlines(plan);
+        let needed: BTreeSet<&str> = plan
+            .tasks
+            .iter()
+            .map(|t| t.needs.as_str())
+            .filter(|n| *n != "any")
+            .collect();
+        if !needed.is_empty() {
+            println!(
+                "capabilities needed: {}",
+                needed.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
         let (truncated, skipped) = verdict(plan, &a.caps);
         for s in &skipped {
             println!("{s}");
         }
         match truncated {
+            // Without --cap the substrate is unknown: the verdict is shown, not held against
+            // the pack.
+            Some(v) if a.caps.is_empty() => {
+                println!("{v} (with no --cap given; pass the substrate's capabilities to check it)")
+            }
             Some(v) => {
                 println!("{v}");
                 findings += 1;

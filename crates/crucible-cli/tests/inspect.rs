@@ -28,7 +28,8 @@ ship = command(name = "ship", run = "true", depends_on = [g], when = g.ok)
 hold = command(name = "hold", run = "true", depends_on = [g], when = g.ok, otherwise = True)
 note = agent(name = "note", prompt = "note", needs = "gpu", required = False)
 after = command(name = "after", run = "true", depends_on = [note], required = False)
-workflow([w, g, ship, hold, note, after])
+sweep = command(name = "sweep", run = "true", depends_on = [note], join = "settled", required = False)
+workflow([w, g, ship, hold, note, after, sweep])
 "#,
     );
     write(
@@ -133,7 +134,7 @@ fn plan_show_prints_the_truncation_verdict() {
         .assert()
         .success()
         .stdout(predicate::str::contains(
-            "skipped: note needs gpu (advisory), with after",
+            "skipped: note needs gpu (advisory), with after\n",
         ))
         .stdout(predicate::str::contains("timeout write: 10m"))
         .stdout(predicate::str::contains("verdict: runnable"));
@@ -161,7 +162,23 @@ fn check_prints_bounds_and_env_names_only() {
         ))
         .stdout(predicate::str::contains("[agent].env names: API_KEY"))
         .stdout(predicate::str::contains("sk-secret-value").not())
+        .stdout(predicate::str::contains("capabilities needed: gpu, human"))
         .stdout(predicate::str::contains("check: ok"));
+    // Without --cap the verdict is information, not a finding.
+    crucible()
+        .args(["check", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "verdict: TRUNCATED — gate needs human (with no --cap given",
+        ));
+    crucible()
+        .args(["check", "--cap", "gpu", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("check: 1 finding(s)"));
     write(
         d.path(),
         "bad/crucible.toml",
@@ -194,4 +211,53 @@ fn pack_digest_reports_ignored_paths() {
         .arg(d.path())
         .assert()
         .code(1);
+}
+
+#[test]
+fn manifest_result_applies_where_the_source_names_none() {
+    let d = pack();
+    let manifest = d.path().join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace(
+            "file = \"workflow.star\"\n",
+            "file = \"workflow.star\"\nresult = \"write\"\n",
+        ),
+    )
+    .unwrap();
+    let out = crucible()
+        .args(["plan", "compile", "--file"])
+        .arg(d.path().join("workflow.star"))
+        .arg("--manifest")
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["result"], "write");
+    let src = d.path().join("workflow.star");
+    let body = std::fs::read_to_string(&src).unwrap();
+    std::fs::write(
+        &src,
+        body.replace(
+            "workflow([w, g, ship, hold, note, after, sweep])",
+            "workflow([w, g, ship, hold, note, after, sweep], result = note)",
+        ),
+    )
+    .unwrap();
+    crucible()
+        .args(["plan", "compile", "--file"])
+        .arg(&src)
+        .arg("--manifest")
+        .arg(&manifest)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "disagrees with the manifest's [workflow].result",
+        ));
 }

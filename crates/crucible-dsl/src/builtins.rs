@@ -3,6 +3,7 @@
 
 use crate::ctx::{Args, Pending, WhenDecl, WorkflowDecl, R};
 use crate::diag::rules;
+use crate::settings;
 use crate::values::{
     Marked, OptionalDep, Part, QuestionValue, SchemaValue, SessionValue, TaskRef, WorkflowValue,
     SENTINEL,
@@ -323,10 +324,42 @@ pub fn render<'v>(a: &Args<'v, '_>, arg: &str, v: Value<'v>) -> R<String> {
 }
 
 /// The agent-only arguments shared by agent() and skill().
+/// `harness`, `model` and `effort` as the source writes them: checked with the same rules as
+/// a launch setting, harness and effort stored lowercase.
+fn agent_config(a: &mut Args) -> R<(Option<String>, Option<String>, Option<String>)> {
+    let mut pick = |arg: &str, list: &[&str]| -> R<Option<String>> {
+        let Some(v) = a.str(arg)? else {
+            return Ok(None);
+        };
+        let lower = v.to_ascii_lowercase();
+        if list.contains(&lower.as_str()) {
+            Ok(Some(lower))
+        } else {
+            Err(a.fail(
+                Some(arg),
+                rules::ARG,
+                format!("{}(): `{v}` is not a known {arg}", a.ctor),
+                format!("use one of {}", list.join(", ")),
+            ))
+        }
+    };
+    let harness = pick("harness", settings::HARNESSES)?;
+    let effort = pick("effort", settings::EFFORTS)?;
+    let model = a.str("model")?;
+    if let Some(m) = model.as_deref().filter(|m| !settings::is_model_name(m)) {
+        return Err(a.fail(
+            Some("model"),
+            rules::ARG,
+            format!("{}(): `{m}` is not a model name", a.ctor),
+            "a model name is 1 to 200 letters, digits and . _ - : / @ [ ], not starting with -"
+                .into(),
+        ));
+    }
+    Ok((harness, model, effort))
+}
+
 fn agent_args(a: &mut Args, t: &mut Task) -> R<()> {
-    t.harness = a.str("harness")?;
-    t.model = a.str("model")?;
-    t.effort = a.str("effort")?;
+    (t.harness, t.model, t.effort) = agent_config(a)?;
     t.sandbox = a.str("sandbox")?;
     if let Some(v) = a.take("session") {
         if let Some(s) = v.downcast_ref::<SessionValue>() {
@@ -468,6 +501,14 @@ pub fn common(builder: &mut GlobalsBuilder) {
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Agent);
         let dir = a.req_str("skill")?;
         let dir = dir.trim_end_matches('/').to_string();
+        if !a.ctx.pack.is_dir(&dir).unwrap_or(false) {
+            return Err(a.fail(
+                Some("skill"),
+                rules::FILE,
+                format!("skill(): `{dir}` is not a directory below the pack"),
+                "name a skill directory holding SKILL.md, reached without links".into(),
+            ));
+        }
         let instructions = a.pack_text("skill", &format!("{dir}/SKILL.md"))?;
         let mut prompt = Marked {
             parts: vec![Part {
@@ -617,11 +658,13 @@ pub fn common(builder: &mut GlobalsBuilder) {
             kwargs,
             &["name", "harness", "model", "effort"],
         )?;
+        let name = a.req_str("name")?;
+        let (harness, model, effort) = agent_config(&mut a)?;
         let s = SessionValue {
-            name: a.req_str("name")?,
-            harness: a.str("harness")?,
-            model: a.str("model")?,
-            effort: a.str("effort")?,
+            name,
+            harness,
+            model,
+            effort,
         };
         Ok(eval.heap().alloc(s))
     }
@@ -747,7 +790,8 @@ pub fn common(builder: &mut GlobalsBuilder) {
         )?;
         let v = a.take_pos(0, "tasks");
         let v = a.require("tasks", v)?;
-        let arg = if a.loc.call.is_some() { "#0" } else { "tasks" };
+        // Errors point at the positional list; passed as `tasks = ...` they fall back to the call.
+        let arg = "#0";
         let mut tasks = Vec::new();
         for x in a.items(arg, v)? {
             let (idx, name) = a.as_task(arg, x)?;

@@ -73,7 +73,6 @@ pub fn did_you_mean<'s>(
 /// Rule ids of the dialect itself (clause ids are used where a clause applies).
 pub mod rules {
     pub const PARAMS: &str = "RFC-0002:C-PLAYBOOK-PARAMS";
-    pub const PACK: &str = "RFC-0002:C-PACK-BASE";
     pub const LANE: &str = "RFC-0002:C-PLAYBOOK-LANE";
     pub const ROUTE: &str = "RFC-0001:C-ROUTE";
     pub const WORKFLOW: &str = "RFC-0001:C-WORKFLOW";

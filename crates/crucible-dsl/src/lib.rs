@@ -103,6 +103,10 @@ pub struct CompileRequest {
     pub agent: Option<AgentConfig>,
     /// The manifest's `[workflow].type`, which the source must agree with.
     pub workflow_type: Option<WorkflowType>,
+    /// The manifest's `[workflow].result` and `history_record`: they apply where the source's
+    /// `workflow()` names none, and must agree where it does.
+    pub result: Option<String>,
+    pub history_record: Option<String>,
     pub limits: Limits,
 }
 
@@ -566,12 +570,34 @@ pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
         )
         .into());
     }
-    let mut plan = finish(&ctx, wf, lane, bound)?;
+    let mut plan = finish(&ctx, wf, lane, bound, req)?;
     settings::apply(&mut plan, &launch, req.agent.as_ref()).map_err(Diagnostics)?;
     Ok(Compiled {
         plan,
         repo_ref: launch.repo_ref,
     })
+}
+
+/// The source's selection, or the manifest's where the source names none; they must agree.
+fn merge_selection(
+    ctx: &Ctx,
+    key: &str,
+    source: Option<String>,
+    manifest: &Option<String>,
+) -> Result<Option<String>, Diagnostics> {
+    match (source, manifest) {
+        (Some(s), Some(m)) if &s != m => Err(file_diag(
+            &ctx.main_file,
+            rules::WORKFLOW,
+            format!(
+                "workflow({key} = {s}) disagrees with the manifest's [workflow].{key} = \"{m}\""
+            ),
+            "name the task in one place",
+        )
+        .into()),
+        (Some(s), _) => Ok(Some(s)),
+        (None, m) => Ok(m.clone()),
+    }
 }
 
 /// Expands `when`, assembles the plan in `workflow()` order, and validates it, mapping each
@@ -581,9 +607,33 @@ fn finish(
     wf: crate::ctx::WorkflowDecl,
     lane: WorkflowType,
     params: BTreeMap<String, serde_json::Value>,
+    req: &CompileRequest,
 ) -> Result<Plan, Diagnostics> {
+    let agent = req.agent.as_ref();
     let pending: Vec<Pending> = ctx.tasks.borrow().clone();
     let mut errors = Vec::new();
+    // A sandbox names an [agent.sandbox.<name>]; without a manifest there is nothing to check.
+    if let Some(agent) = agent {
+        for p in &pending {
+            if let Some(sb) = p
+                .task
+                .sandbox
+                .as_deref()
+                .filter(|sb| !agent.sandbox.contains_key(*sb))
+            {
+                let mut d = ctx.diag(
+                    &p.loc,
+                    Some("sandbox"),
+                    rules::WORKFLOW,
+                    format!("sandbox `{sb}` is not declared in the manifest"),
+                    format!("declare [agent.sandbox.{sb}], or name a declared one"),
+                );
+                d.did_you_mean =
+                    crate::diag::did_you_mean(sb, agent.sandbox.keys().map(String::as_str));
+                errors.push(d);
+            }
+        }
+    }
     let listed: BTreeSet<usize> = wf.tasks.iter().copied().collect();
     for (i, p) in pending.iter().enumerate() {
         if !listed.contains(&i) {
@@ -678,8 +728,18 @@ fn finish(
     let plan = Plan {
         version: PLAN_VERSION,
         workflow_type: lane,
-        result: wf.result.map(|i| pending[i].task.name.clone()),
-        history_record: wf.history_record.map(|i| pending[i].task.name.clone()),
+        result: merge_selection(
+            ctx,
+            "result",
+            wf.result.map(|i| pending[i].task.name.clone()),
+            &req.result,
+        )?,
+        history_record: merge_selection(
+            ctx,
+            "history_record",
+            wf.history_record.map(|i| pending[i].task.name.clone()),
+            &req.history_record,
+        )?,
         params,
         tasks,
     };

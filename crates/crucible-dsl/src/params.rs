@@ -619,3 +619,74 @@ pub fn to_schema(block: Option<&ParamsBlock>) -> Json {
         "additionalProperties": false,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(ty: ParamType) -> ParamDecl {
+        ParamDecl {
+            name: "x".into(),
+            ty,
+            description: None,
+            default: None,
+            required: false,
+            pattern: None,
+            minimum: None,
+            maximum: None,
+            choices: None,
+            multiline: false,
+            line: 1,
+            col: 1,
+        }
+    }
+
+    // ARCHITECTURE.md "Fixed: the params block" — `--param` values parse by declared type.
+    #[test]
+    fn values_parse_by_declared_type() {
+        let list = decl(ParamType::List);
+        assert_eq!(parse_value(&list, "a,b").unwrap(), json!(["a", "b"]));
+        assert_eq!(
+            parse_value(&list, "[\"a,b\", \"c\"]").unwrap(),
+            json!(["a,b", "c"])
+        );
+        assert_eq!(parse_value(&list, "").unwrap(), json!([]));
+        assert!(parse_value(&list, "[1]").is_err());
+        assert_eq!(
+            parse_value(&decl(ParamType::Integer), "42").unwrap(),
+            json!(42)
+        );
+        assert!(parse_value(&decl(ParamType::Integer), "4.2").is_err());
+        assert_eq!(
+            parse_value(&decl(ParamType::Number), "4.5").unwrap(),
+            json!(4.5)
+        );
+        assert!(parse_value(&decl(ParamType::Number), "NaN").is_err());
+        assert_eq!(
+            parse_value(&decl(ParamType::Boolean), "TRUE").unwrap(),
+            json!(true)
+        );
+        assert_eq!(
+            parse_value(&decl(ParamType::String), " x ").unwrap(),
+            json!(" x ")
+        );
+    }
+
+    // RFC-0002:C-PLAYBOOK-PARAMS — constraints are checked before compilation.
+    #[test]
+    fn constraints() {
+        let mut d = decl(ParamType::String);
+        d.pattern = Some("^[a-z]+$".into());
+        assert!(check_value(&d, &json!("abc")).is_ok());
+        assert!(check_value(&d, &json!("ABC")).is_err());
+        let mut n = decl(ParamType::Number);
+        n.name = "n".into();
+        n.minimum = Some(0.5);
+        n.maximum = Some(1.0);
+        assert!(check_value(&n, &json!(0.75)).is_ok());
+        assert!(check_value(&n, &json!(2)).is_err());
+        let schema = to_schema(Some(&ParamsBlock { decls: vec![d, n] }));
+        assert_eq!(schema["properties"]["x"]["pattern"], "^[a-z]+$");
+        assert!(jsonschema::draft202012::meta::is_valid(&schema));
+    }
+}

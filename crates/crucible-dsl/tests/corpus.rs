@@ -2,7 +2,8 @@
 //! `tests/corpus/compile/<rule>/` compiles, and its canonical plan (accepts) or its diagnostics
 //! (rejects) are snapshotted. A case may start with header comments:
 //! `# param: name=value` (a `--param`, repeatable) and
-//! `# allow: model harness effort ref models=a,b` (the manifest's `[agent.overrides]`).
+//! `# allow: model harness effort ref models=a,b sandbox=name default_model=m` (the manifest's
+//! `[agent.overrides]`, sandboxes and default model).
 
 use crucible_dsl::{compile, CompileRequest, Limits};
 use crucible_pack::manifest::AgentConfig;
@@ -29,6 +30,10 @@ fn request(path: &Path) -> CompileRequest {
                             .map(str::to_string)
                             .collect()
                     }
+                    w if w.starts_with("sandbox=") => {
+                        a.sandbox
+                            .insert(w["sandbox=".len()..].to_string(), Default::default());
+                    }
                     w if w.starts_with("default_model=") => {
                         a.model = Some(w["default_model=".len()..].to_string())
                     }
@@ -47,6 +52,8 @@ fn request(path: &Path) -> CompileRequest {
         params,
         agent,
         workflow_type: None,
+        result: None,
+        history_record: None,
         limits: Limits::default(),
     }
 }

@@ -10,7 +10,7 @@ use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Path segments whose whole subtree is not pack content (RFC-0002:C-PACK-BASE).
 pub const EXCLUDED_SEGMENTS: &[&str] = &["state", ".git", "workspace"];
@@ -74,7 +74,6 @@ pub fn split_rel(rel: &str) -> Result<Vec<&str>, PackFileError> {
 /// An open pack directory: every read below it is confined to it.
 #[derive(Debug)]
 pub struct PackDir {
-    root: PathBuf,
     fd: OwnedFd,
 }
 
@@ -88,14 +87,7 @@ impl PackDir {
             Mode::empty(),
         )
         .map_err(|e| fail(&root.display().to_string(), PackFileErrorKind::Io(e.into())))?;
-        Ok(PackDir {
-            root: root.to_path_buf(),
-            fd,
-        })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
+        Ok(PackDir { fd })
     }
 
     /// Reads the regular file at `rel` below the root, refusing anything larger than `max_bytes`.

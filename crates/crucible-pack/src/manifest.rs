@@ -436,11 +436,12 @@ mod tests {
     #[test]
     fn inline_tables_read_into_a_plan() {
         let d = tmp();
-        let p = write(&d, "crucible.toml", "[workflow]\ntype = \"playbook\"\n[[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"true\"\n[[workflow.task]]\nname = \"b\"\nkind = \"command\"\nrun = \"true\"\ndepends_on = [\"a\"]\njoin = \"settled\"\n");
+        let p = write(&d, "crucible.toml", "[workflow]\ntype = \"playbook\"\n[[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"true\"\nemits = [\"x\"]\n[[workflow.task]]\nname = \"b\"\nkind = \"command\"\nrun = \"true\"\ndepends_on = [\"a\"]\njoin = \"settled\"\n");
         let plan = load(&p).unwrap().inline_plan().unwrap().unwrap();
         assert_eq!(plan.tasks.len(), 2);
         assert_eq!(plan.tasks[1].join, crucible_plan::Join::Settled);
         assert!(plan.tasks[0].required);
+        assert_eq!(plan.tasks[0].emits["x"], crucible_plan::FieldType::Any);
     }
 
     #[test]

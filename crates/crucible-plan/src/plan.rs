@@ -94,8 +94,13 @@ pub struct Task {
     pub stage: Stage,
     #[serde(default, skip_serializing_if = "is_false")]
     pub isolated: bool,
-    /// Declared output fields and their types (`Any` for the list form).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Declared output fields and their types (`Any` for the list form, which a
+    /// `[[workflow.task]]` table may also write as a list of names).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "emits_from_map_or_list"
+    )]
     pub emits: BTreeMap<String, FieldType>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub emits_files: Vec<FileDecl>,
@@ -227,6 +232,22 @@ impl Task {
     pub fn is_epilogue(&self) -> bool {
         self.stage == Stage::Epilogue
     }
+}
+
+/// `emits` as a table of name → type, or the list form: names only, each of type `Any`.
+fn emits_from_map_or_list<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, FieldType>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Emits {
+        Map(BTreeMap<String, FieldType>),
+        List(Vec<String>),
+    }
+    Ok(match Emits::deserialize(d)? {
+        Emits::Map(m) => m,
+        Emits::List(names) => names.into_iter().map(|n| (n, FieldType::Any)).collect(),
+    })
 }
 
 /// `producer.field`, serialized as that dotted string.

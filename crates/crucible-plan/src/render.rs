@@ -48,8 +48,48 @@ pub fn to_toml(plan: &Plan) -> Result<String, RenderError> {
         top.remove("params");
     }
     top.insert("task".into(), tasks);
-    let doc = serde_json::json!({ "workflow": Value::Object(top) });
+    let mut doc = toml::Table::new();
+    let workflow = json_to_toml(Value::Object(top)).map_err(|e| err(RenderErrorKind::Shape(e)))?;
+    doc.insert("workflow".into(), workflow);
     toml::to_string(&doc).map_err(|e| err(RenderErrorKind::TomlWrite(e)))
+}
+
+/// JSON → TOML by hand: with starlark in the build serde_json has `arbitrary_precision`, and a
+/// `serde_json::Value` number serialized through another format becomes a private map.
+fn json_to_toml(v: Value) -> Result<toml::Value, String> {
+    Ok(match v {
+        Value::Null => return Err("TOML has no null".into()),
+        Value::Bool(b) => toml::Value::Boolean(b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) => toml::Value::Float(f),
+            _ => return Err(format!("{n} does not fit TOML")),
+        },
+        Value::String(s) => toml::Value::String(s),
+        Value::Array(xs) => {
+            toml::Value::Array(xs.into_iter().map(json_to_toml).collect::<Result<_, _>>()?)
+        }
+        Value::Object(m) => toml::Value::Table(
+            m.into_iter()
+                .map(|(k, v)| Ok((k, json_to_toml(v)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+    })
+}
+
+/// TOML → JSON by hand, for the same reason.
+fn toml_to_json(v: toml::Value) -> Value {
+    match v {
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Integer(i) => Value::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(xs) => Value::Array(xs.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => {
+            Value::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+        }
+    }
 }
 
 /// Reads the TOML form back into a plan.
@@ -59,8 +99,7 @@ pub fn from_toml(text: &str) -> Result<Plan, RenderError> {
         kind,
     };
     let table: toml::Table = toml::from_str(text).map_err(|e| err(RenderErrorKind::TomlRead(e)))?;
-    let doc =
-        serde_json::to_value(table).map_err(|e| err(RenderErrorKind::Shape(e.to_string())))?;
+    let doc = toml_to_json(toml::Value::Table(table));
     let Some(Value::Object(mut wf)) = doc.get("workflow").cloned() else {
         return Err(err(RenderErrorKind::Shape("no [workflow] table".into())));
     };

@@ -334,7 +334,11 @@ impl<'a> Validator<'a> {
             ("model", t.model.is_some(), agent),
             ("effort", t.effort.is_some(), agent),
             ("sandbox", t.sandbox.is_some(), agent),
-            ("session", t.session.is_some(), agent),
+            (
+                "session",
+                t.session.is_some(),
+                agent || t.op.as_deref() == Some("propose"),
+            ),
             ("repair", t.repair != 0, agent),
             ("run", t.run.is_some(), matches!(t.kind, Command | Evaluate)),
             ("threshold", t.threshold.is_some(), t.kind == Evaluate),
