@@ -7,6 +7,7 @@ mod agent;
 mod budget;
 mod caps;
 mod examples;
+mod inspect;
 mod io;
 mod lane;
 mod runs;
