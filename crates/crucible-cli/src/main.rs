@@ -15,6 +15,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(&cli.command, Command::Plan(p) if matches!(**p, PlanCommand::Run(_) | PlanCommand::Rerun(_)))
+    {
+        restore_sigpipe();
+    }
     let result = match cli.command {
         Command::Plan(plan) => match *plan {
             PlanCommand::Compile(a) => compile::compile(&a),
@@ -33,5 +37,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The inspectors print and exit: `crucible plan show | head` should end quietly, as any Unix
+/// filter does, rather than panic on a closed pipe. A run keeps Rust's default (SIGPIPE
+/// ignored), so a closed stdout can never kill it before it writes its shutdown.
+fn restore_sigpipe() {
+    // SAFETY: called once at start-up, before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

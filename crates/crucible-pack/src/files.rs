@@ -189,7 +189,7 @@ fn step_error(at: &OwnedFd, seg: &str, rel: &str, component: &str, e: Errno) -> 
 pub struct PackListing {
     /// Pack-relative paths of every pack file, in byte order.
     pub files: Vec<String>,
-    /// Entries under an excluded segment, in byte order.
+    /// Excluded entries (a directory once, as `dir/`), in byte order.
     pub ignored: Vec<String>,
 }
 
@@ -197,18 +197,13 @@ pub struct PackListing {
 /// `workspace` segment; a symbolic link or other non-regular entry outside them is refused.
 pub fn pack_files(root: &Path) -> Result<PackListing, PackFileError> {
     let mut listing = PackListing::default();
-    walk(root, "", false, &mut listing)?;
+    walk(root, "", &mut listing)?;
     listing.files.sort();
     listing.ignored.sort();
     Ok(listing)
 }
 
-fn walk(
-    dir: &Path,
-    prefix: &str,
-    excluded: bool,
-    out: &mut PackListing,
-) -> Result<(), PackFileError> {
+fn walk(dir: &Path, prefix: &str, out: &mut PackListing) -> Result<(), PackFileError> {
     let io = |p: &str, e: std::io::Error| fail(p, PackFileErrorKind::Io(e));
     let entries = std::fs::read_dir(dir).map_err(|e| io(prefix, e))?;
     for entry in entries {
@@ -216,18 +211,18 @@ fn walk(
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
             let shown = format!("{prefix}{}", name.to_string_lossy());
-            if excluded {
-                out.ignored.push(shown);
-                continue;
-            }
             return Err(fail(&shown, PackFileErrorKind::NotUtf8));
         };
         let rel = format!("{prefix}{name}");
         let kind = entry.file_type().map_err(|e| io(&rel, e))?;
-        let here_excluded = excluded || EXCLUDED_SEGMENTS.contains(&name);
-        if kind.is_dir() {
-            walk(&entry.path(), &format!("{rel}/"), here_excluded, out)?;
-        } else if here_excluded {
+        let excluded = EXCLUDED_SEGMENTS.contains(&name);
+        if kind.is_dir() && excluded {
+            // Reported once as a directory: a run's state or workspace can hold thousands of
+            // files, and nothing below an excluded segment can be part of the pack.
+            out.ignored.push(format!("{rel}/"));
+        } else if kind.is_dir() {
+            walk(&entry.path(), &format!("{rel}/"), out)?;
+        } else if excluded {
             out.ignored.push(rel);
         } else if kind.is_symlink() {
             return Err(fail(&rel, PackFileErrorKind::Symlink(rel.clone())));
@@ -373,10 +368,7 @@ mod tests {
         symlink("/etc/passwd", d.path().join("sub/workspace/link")).unwrap();
         let listing = pack_files(d.path()).unwrap();
         assert_eq!(listing.files, vec!["prompts/deep/a.md", "workflow.star"]);
-        assert_eq!(
-            listing.ignored,
-            vec!["state/runs/x", "sub/workspace/link", "sub/workspace/y"]
-        );
+        assert_eq!(listing.ignored, vec!["state/", "sub/workspace/"]);
         symlink("/etc/passwd", d.path().join("prompts/evil")).unwrap();
         let e = pack_files(d.path()).unwrap_err();
         assert!(matches!(e.kind, PackFileErrorKind::Symlink(_)), "{e}");
