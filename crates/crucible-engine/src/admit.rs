@@ -86,6 +86,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
                     return refuse(format!("agent task `{n}` has no prompt"));
                 }
             }
+            TaskKind::Route => route_runs(t, &req.caps)?,
             TaskKind::Engine => {
                 return refuse(format!(
                     "task `{n}` names an engine operation, which a playbook may not (RFC-0002:C-PLAYBOOK-LANE)"
@@ -95,15 +96,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         }
         if !t.emits_files.is_empty() {
             unsupported("emits_files")?;
-        }
-        if t.over.is_some() || t.max_fanout > 0 || !t.keyed.is_empty() {
-            unsupported("fan-out (over)")?;
-        }
-        if t.when.is_some() {
-            unsupported("when")?;
-        }
-        if !t.revise.is_empty() || t.max_rounds > 0 {
-            unsupported("revise")?;
         }
         if t.history > 0 {
             unsupported("history")?;
@@ -227,6 +219,41 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         truncating,
         cap_skipped,
     })
+}
+
+/// What of a route this engine decides: from a source dependency, unmapped. A model-decided
+/// route without the `decision` capability is settled by [`capabilities`] (its `needs` is
+/// `decision`); with it, the decision model binding is what is missing.
+fn route_runs(t: &crucible_plan::Task, caps: &[String]) -> Result<(), RunError> {
+    let n = &t.name;
+    let Some(spec) = &t.route else {
+        return Err(RunError::refused(format!("route `{n}` has no questions")));
+    };
+    let refuse = |what: &str| {
+        Err(RunError::refused(format!(
+            "route `{n}` {what}, which this engine does not run yet"
+        )))
+    };
+    if spec.human {
+        return refuse("is decided by a person");
+    }
+    if t.over.is_some() {
+        return refuse("is mapped over a list");
+    }
+    // The compiler makes such a route need `decision`; whenever that need is met, the route
+    // would dispatch to a model.
+    let need_met = t.needs == "any" || caps.iter().any(|c| *c == t.needs);
+    if spec.min_confidence.is_some() && need_met {
+        return refuse(
+            "asks a decision model: the run provides the `decision` capability, but the decision model binding (CRUCIBLE_INFERENCE) is not built yet",
+        );
+    }
+    if spec.min_confidence.is_none() && spec.source.is_none() {
+        return Err(RunError::refused(format!(
+            "route `{n}` names neither a source nor min_confidence"
+        )));
+    }
+    Ok(())
 }
 
 /// RFC-0002:C-PLAYBOOK-CAPS: a required task whose `needs` is unavailable truncates the plan;
