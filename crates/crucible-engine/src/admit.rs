@@ -242,7 +242,7 @@ fn route_runs(t: &crucible_plan::Task, caps: &[String]) -> Result<(), RunError> 
     }
     // The compiler makes such a route need `decision`; whenever that need is met, the route
     // would dispatch to a model.
-    let need_met = t.needs == "any" || caps.iter().any(|c| *c == t.needs);
+    let need_met = t.needs == "any" || caps.contains(&t.needs);
     if spec.min_confidence.is_some() && need_met {
         return refuse(
             "asks a decision model: the run provides the `decision` capability, but the decision model binding (CRUCIBLE_INFERENCE) is not built yet",

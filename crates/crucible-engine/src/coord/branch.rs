@@ -553,33 +553,14 @@ impl Coord<'_> {
     }
 }
 
-/// A route's output: every question answered from its source dependency (RFC-0001-NOTES §5),
-/// a choice's options read from their field first.
+/// A route's output: every question answered from its source dependency (RFC-0001-NOTES §5).
+/// Options read from a field need a decision model (the validator says so), so a source route
+/// only ever answers declared labels.
 fn decide_route(task: &Task, entries: &BTreeMap<String, Entry>) -> Result<Value, GraphError> {
     let spec = task.route.as_ref().expect("a route task has a route");
-    let mut resolved = spec.clone();
-    let mut options = BTreeMap::new();
-    for (id, q) in &spec.questions {
-        if q.options_from.is_some() {
-            let read = route::read_options(&task.name, id, q, entries, None)?;
-            if let Some(rq) = resolved.questions.get_mut(id) {
-                rq.labels = read.clone();
-            }
-            options.insert(id.clone(), read);
-        }
-    }
     let source = spec.source.as_deref().unwrap_or_default();
     // Validation makes the source a dependency; one that left no entry gave no answer.
     let absent = Entry::new(Status::Blocked, None, None, false);
-    let mut answers = route::from_source(
-        &task.name,
-        &resolved,
-        entries.get(source).unwrap_or(&absent),
-    )?;
-    for (id, opts) in options {
-        if let Some(a) = answers.get_mut(&id) {
-            a.options = Some(opts);
-        }
-    }
+    let answers = route::from_source(&task.name, spec, entries.get(source).unwrap_or(&absent))?;
     Ok(route::output(answers))
 }
