@@ -199,3 +199,62 @@ workflow([src, each, sum])
         json!({"each": {"a": {"item": "a"}, "c": {"item": "c"}}, "params": {}})
     );
 }
+
+// RFC-0002:C-PLAYBOOK-BUDGET: each lane is a dispatch of its own for the cost ceiling: once the
+// spend reaches it, the remaining instances settle blocked on it without dispatch.
+#[test]
+fn lanes_are_admitted_one_at_a_time_under_the_cost_ceiling() {
+    let p = star(
+        r#"src = command(name = "src", run = "echo '{\"items\": [\"a\", \"b\", \"c\", \"d\"]}'", emits = {"items": "list"})
+each = agent(name = "each", prompt = "look", depends_on = [src], over = src.items, max_fanout = 4)
+workflow([src, each])
+"#,
+    );
+    p.file(
+        "agent.sh",
+        "echo '{\"cost_usd\": 0.5}' > PLAN_TASK_RESULT.json\n",
+    );
+    std::fs::write(
+        p.path().join("crucible.toml"),
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n",
+    )
+    .unwrap();
+    assert_eq!(p.run(&["--max-cost", "1"]).code, 3);
+    assert_eq!(p.row("each[a]")["status"], "pass");
+    assert_eq!(p.row("each[b]")["status"], "pass");
+    for blocked in ["each[c]", "each[d]"] {
+        let r = p.row(blocked);
+        assert_eq!(r["status"], "blocked");
+        assert_eq!(r["blocked"]["reason"], "budget_ceiling");
+        assert_eq!(r["attempts"], 0);
+    }
+    let each = p.row("each");
+    assert_eq!(each["status"], "fail");
+    assert_eq!(each["cost_usd"], 1.0);
+    let shutdown = p.shutdown();
+    assert_eq!(shutdown["ceiling"], "cost");
+    assert_eq!(shutdown["spent_usd"], 1.0);
+}
+
+// RFC-0002:C-SETTLED-JOIN: an epilogue's `outcome` entry for a mapped node carries
+// `per_instance`.
+#[test]
+fn epilogue_outcome_carries_per_instance() {
+    let p = mapped(&json!(["x"]), r#"echo '{\"ok\": 1}'"#, "");
+    let src = std::fs::read_to_string(p.path().join("workflow.star")).unwrap();
+    p.file(
+        "workflow.star",
+        &src.replace(
+            "workflow([src, each, after])",
+            "epi = command(name = \"epi\", run = \"python3 $PACK/save.py\", stage = \"epilogue\", required = False)\nworkflow([src, each, after, epi])",
+        ),
+    );
+    assert_eq!(p.run(&[]).code, 0);
+    assert_eq!(
+        p.saved("epi")["outcome"]["tasks"]["each"],
+        json!({
+            "status": "pass", "note": null, "output": {"x": {"ok": 1}}, "files": false,
+            "per_instance": {"x": {"status": "pass", "note": null, "output": {"ok": 1}, "files": false}}
+        })
+    );
+}

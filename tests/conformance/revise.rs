@@ -229,3 +229,51 @@ fn passing_rounds_commit() {
         "round 1\nround 2\n"
     );
 }
+
+/// `star` with the command agent backend running `$PACK/agent.py`, which records each turn's
+/// session id and prompt under `out/turn-N.txt` and answers `{"turn": N}`.
+fn with_agent(src: &str) -> Pack {
+    let p = star(src);
+    p.file(
+        "agent.py",
+        r#"import json, os
+out = os.path.join(os.environ["PACK"], "out")
+os.makedirs(out, exist_ok=True)
+n = len([f for f in os.listdir(out) if f.startswith("turn-")]) + 1
+with open(os.path.join(out, "turn-%d.txt" % n), "w") as f:
+    f.write(os.environ.get("CRUCIBLE_AGENT_SESSION_ID", "") + "\n" + os.environ["CRUCIBLE_PROMPT"])
+json.dump({"turn": n}, open("PLAN_TASK_RESULT.json", "w"))
+"#,
+    );
+    std::fs::write(
+        p.path().join("crucible.toml"),
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"python3 $PACK/agent.py\"\n",
+    )
+    .unwrap();
+    p
+}
+
+// RFC-0002:C-REVISE-LOOP: an agent target sees `revision` in its prompt as JSON under the key
+// "revision" from round 2 on, and a body task in a session resumes that session every round.
+#[test]
+fn agent_target_sees_revision_and_resumes_its_session() {
+    let p = with_agent(
+        r#"s = session(name = "writer")
+draft = agent(name = "draft", prompt = "write it", session = s)
+review = command(name = "review", run = "python3 -c 'import json,os,sys; i=json.load(open(os.environ[\"CRUCIBLE_INPUTS_FILE\"])); print(\"{}\"); sys.exit(0 if i[\"draft\"][\"turn\"] >= 2 else 1)'", depends_on = [draft], revise = [draft], max_rounds = 2)
+workflow([draft, review])
+"#,
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let read =
+        |n: u32| std::fs::read_to_string(p.path().join(format!("out/turn-{n}.txt"))).unwrap();
+    let (one, two) = (read(1), read(2));
+    let session = |t: &str| t.lines().next().unwrap().to_string();
+    assert!(!session(&one).is_empty());
+    assert_eq!(session(&one), session(&two), "the same session both rounds");
+    assert!(!one.contains("\"revision\""));
+    assert!(two.contains("\"revision\": {"), "{two}");
+    assert!(two.contains("\"reviewer\": \"review\""), "{two}");
+    assert_eq!(p.row("draft")["output"], json!({"turn": 2}));
+}

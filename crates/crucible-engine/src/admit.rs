@@ -365,6 +365,44 @@ mod tests {
         assert!(adm.truncating.is_empty());
     }
 
+    fn route(name: &str, source: Option<&str>, min_confidence: Option<f64>) -> Task {
+        let mut t = Task::new(name, TaskKind::Route);
+        t.depends_on = vec!["a".into()];
+        t.route = Some(crucible_plan::RouteSpec {
+            questions: Default::default(),
+            min_confidence,
+            source: source.map(str::to_string),
+            human: false,
+            review: None,
+            files: Vec::new(),
+        });
+        if min_confidence.is_some() {
+            t.needs = "decision".into();
+        }
+        t
+    }
+
+    // RFC-0002:C-PLAYBOOK-CAPS: a source route runs; a model route without `decision` is left to
+    // the capability verdict, and with it is refused before dispatch (no model binding yet).
+    #[test]
+    fn routes_admitted_by_decider() {
+        let (_d, req) = request(vec![cmd("a", &[]), route("r", Some("a"), None)]);
+        assert!(admit(&req).is_ok());
+        let (_d, req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
+        assert_eq!(admit(&req).unwrap().truncating, vec![1]);
+        let (_d, mut req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
+        req.caps = vec!["decision".into()];
+        let e = admit(&req).unwrap_err();
+        assert!(e.message.contains("decision model binding"), "{e}");
+        let mut human = route("h", None, None);
+        human.route.as_mut().unwrap().human = true;
+        let (_d, req) = request(vec![cmd("a", &[]), human]);
+        assert!(admit(&req)
+            .unwrap_err()
+            .message
+            .contains("decided by a person"));
+    }
+
     #[test]
     fn ceilings_and_cycles_are_refused() {
         let (_d, mut req) = request(vec![cmd("a", &[])]);

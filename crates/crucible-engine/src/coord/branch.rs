@@ -177,6 +177,11 @@ impl Coord<'_> {
             }
         }
         let task = self.task(i).clone();
+        // Like a ready task that never starts, a node or route stays unsettled once an operator
+        // stop or an early completion closed dispatch.
+        if (task.over.is_some() || task.kind == TaskKind::Route) && self.parked(task.stage) {
+            return;
+        }
         if task.over.is_some() {
             self.expand(i, &task, &entries);
         } else if task.kind == TaskKind::Route {
