@@ -277,3 +277,22 @@ workflow([draft, review])
     assert!(two.contains("\"reviewer\": \"review\""), "{two}");
     assert_eq!(p.row("draft")["output"], json!({"turn": 2}));
 }
+
+// RFC-0002:C-REVISE-LOOP, C-PLAYBOOK-CAPS: a body task that cannot run on the substrate makes the
+// body run as ordinary tasks: the reviewer is skipped, the draft runs once under its own name and
+// no round rows are written.
+#[test]
+fn a_body_that_cannot_run_runs_as_ordinary_tasks() {
+    let p = star(
+        r#"draft = command(name = "draft", run = "echo {}")
+review = command(name = "review", run = "echo {}", depends_on = [draft], revise = [draft], max_rounds = 2, needs = "gpu", required = False)
+workflow([draft, review])
+"#,
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    // The capability skip settles at admission, before anything is dispatched.
+    assert_eq!(row_names(&p), ["review", "draft"]);
+    assert_eq!(p.row("draft")["status"], "pass");
+    assert_eq!(p.row("review")["status"], "skipped");
+}

@@ -522,10 +522,15 @@ impl Coord<'_> {
                         let name = &self.task(d).name;
                         view.get(name).cloned().or_else(|| self.entry_of(d))
                     });
+                    // HOOK(declared files, RFC-0002:C-REVISE-LOOP): stage the reviewer's failing
+                    // round's captured set into this target under `inputs/<reviewer>/` with
+                    // `files::stage` and say whether it was staged. Admission refuses
+                    // `emits_files` on this branch, so there is never a set to stage.
+                    let staged = false;
                     let revision = self.br.loops[l]
                         .run
                         .as_ref()
-                        .and_then(|r| r.revision_for(&name, false));
+                        .and_then(|r| r.revision_for(&name, staged));
                     if let (Some(rev), Value::Object(m)) = (revision, &mut inputs) {
                         m.insert(REVISION.to_string(), rev);
                     }
