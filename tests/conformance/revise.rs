@@ -296,3 +296,30 @@ workflow([draft, review])
     assert_eq!(p.row("draft")["status"], "pass");
     assert_eq!(p.row("review")["status"], "skipped");
 }
+
+// RFC-0002:C-REVISE-LOOP, C-PLAYBOOK-BUDGET: the wall-clock ceiling falling during a round kills
+// the attempt in flight; every body task not dispatched for that round settles blocked on the
+// ceiling and the loop ends. (The ceiling has to pass in real time: the draft outlives it.)
+#[test]
+fn wall_clock_ceiling_within_a_round() {
+    let p = star(
+        r#"draft = command(name = "draft", run = "sleep 30")
+review = command(name = "review", run = "echo {}", depends_on = [draft], revise = [draft], max_rounds = 3)
+workflow([draft, review])
+"#,
+    );
+    assert_eq!(p.run(&["--max-time", "1s"]).code, 3);
+    assert_eq!(
+        row_names(&p),
+        ["draft[round-1]", "review[round-1]", "draft", "review"]
+    );
+    assert_eq!(p.row("draft[round-1]")["status"], "fail");
+    assert_eq!(
+        p.row("review[round-1]")["blocked"],
+        json!({"reason": "wall_clock_ceiling"})
+    );
+    assert_eq!(p.row("review")["blocked"]["reason"], "wall_clock_ceiling");
+    let shutdown = p.shutdown();
+    assert_eq!(shutdown["outcome"], "budget");
+    assert_eq!(shutdown["ceiling"], "wall_clock");
+}

@@ -499,9 +499,9 @@ impl Coord<'_> {
                 view.iter().map(|(n, e)| (n.clone(), Dep::of(e))).collect();
             let decided = when::readiness(&task, &deps, &Halt::default());
             let decided = match (decided, self.closed_for(stage)) {
-                (Readiness::Dispatch, Some((reason, culprit))) => {
-                    Readiness::Blocked(reason, culprit)
-                }
+                // Once dispatch is closed, every body task not dispatched this round settles
+                // blocked on why, as undispatched tasks outside a loop do.
+                (_, Some((reason, culprit))) => Readiness::Blocked(reason, culprit),
                 (Readiness::Dispatch, None) if task.can_spend() && self.cost_exhausted => {
                     Readiness::Blocked(BlockedReason::BudgetCeiling, None)
                 }
