@@ -86,6 +86,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
                     return refuse(format!("agent task `{n}` has no prompt"));
                 }
             }
+            TaskKind::Route => route_runs(t, &req.caps)?,
             TaskKind::Engine => {
                 return refuse(format!(
                     "task `{n}` names an engine operation, which a playbook may not (RFC-0002:C-PLAYBOOK-LANE)"
@@ -95,15 +96,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         }
         if !t.emits_files.is_empty() {
             unsupported("emits_files")?;
-        }
-        if t.over.is_some() || t.max_fanout > 0 || !t.keyed.is_empty() {
-            unsupported("fan-out (over)")?;
-        }
-        if t.when.is_some() {
-            unsupported("when")?;
-        }
-        if !t.revise.is_empty() || t.max_rounds > 0 {
-            unsupported("revise")?;
         }
         if t.history > 0 {
             unsupported("history")?;
@@ -229,6 +221,41 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
     })
 }
 
+/// What of a route this engine decides: from a source dependency, unmapped. A model-decided
+/// route without the `decision` capability is settled by [`capabilities`] (its `needs` is
+/// `decision`); with it, the decision model binding is what is missing.
+fn route_runs(t: &crucible_plan::Task, caps: &[String]) -> Result<(), RunError> {
+    let n = &t.name;
+    let Some(spec) = &t.route else {
+        return Err(RunError::refused(format!("route `{n}` has no questions")));
+    };
+    let refuse = |what: &str| {
+        Err(RunError::refused(format!(
+            "route `{n}` {what}, which this engine does not run yet"
+        )))
+    };
+    if spec.human {
+        return refuse("is decided by a person");
+    }
+    if t.over.is_some() {
+        return refuse("is mapped over a list");
+    }
+    // The compiler makes such a route need `decision`; whenever that need is met, the route
+    // would dispatch to a model.
+    let need_met = t.needs == "any" || caps.contains(&t.needs);
+    if spec.min_confidence.is_some() && need_met {
+        return refuse(
+            "asks a decision model: the run provides the `decision` capability, but the decision model binding (CRUCIBLE_INFERENCE) is not built yet",
+        );
+    }
+    if spec.min_confidence.is_none() && spec.source.is_none() {
+        return Err(RunError::refused(format!(
+            "route `{n}` names neither a source nor min_confidence"
+        )));
+    }
+    Ok(())
+}
+
 /// RFC-0002:C-PLAYBOOK-CAPS: a required task whose `needs` is unavailable truncates the plan;
 /// an advisory one is skipped with its dependents. A dependent joining "settled" is not skipped
 /// for its dependency's sake; one joining "passed" is skipped only when every dependency is.
@@ -336,6 +363,44 @@ mod tests {
         assert_eq!(skipped.len(), 3);
         assert!(skipped.contains(&0) && skipped.contains(&1) && skipped.contains(&2));
         assert!(adm.truncating.is_empty());
+    }
+
+    fn route(name: &str, source: Option<&str>, min_confidence: Option<f64>) -> Task {
+        let mut t = Task::new(name, TaskKind::Route);
+        t.depends_on = vec!["a".into()];
+        t.route = Some(crucible_plan::RouteSpec {
+            questions: Default::default(),
+            min_confidence,
+            source: source.map(str::to_string),
+            human: false,
+            review: None,
+            files: Vec::new(),
+        });
+        if min_confidence.is_some() {
+            t.needs = "decision".into();
+        }
+        t
+    }
+
+    // RFC-0002:C-PLAYBOOK-CAPS: a source route runs; a model route without `decision` is left to
+    // the capability verdict, and with it is refused before dispatch (no model binding yet).
+    #[test]
+    fn routes_admitted_by_decider() {
+        let (_d, req) = request(vec![cmd("a", &[]), route("r", Some("a"), None)]);
+        assert!(admit(&req).is_ok());
+        let (_d, req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
+        assert_eq!(admit(&req).unwrap().truncating, vec![1]);
+        let (_d, mut req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
+        req.caps = vec!["decision".into()];
+        let e = admit(&req).unwrap_err();
+        assert!(e.message.contains("decision model binding"), "{e}");
+        let mut human = route("h", None, None);
+        human.route.as_mut().unwrap().human = true;
+        let (_d, req) = request(vec![cmd("a", &[]), human]);
+        assert!(admit(&req)
+            .unwrap_err()
+            .message
+            .contains("decided by a person"));
     }
 
     #[test]

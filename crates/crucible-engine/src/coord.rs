@@ -11,7 +11,10 @@
 //! waiting → settled transition (`not_taken`) in `deps_settled`; fan-out and revise rounds are
 //! sub-rows a node collects before its own `settle`; declared files hang off `Report`.
 
+mod branch;
+
 use crate::admit::Admitted;
+use crate::graph::Entry;
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
 use crate::taskio::{self, Graded};
@@ -21,8 +24,7 @@ use crucible_plan::wire::{
     AdmittedTask, Blocked, Event, PlanAdmitted, Shutdown, Start, TaskResult, GATE_TASK,
 };
 use crucible_plan::{
-    canonical, duration, BlockedReason, Ceiling, Join, Outcome, Stage, Status, Task, TaskKind,
-    Verdict,
+    canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
 };
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, VecDeque};
@@ -40,6 +42,8 @@ enum Msg {
     LogFailed(String),
     /// An attempt (with its retries) finished.
     Done(usize, Report),
+    /// A fan-out instance or a revise round of task `usize` finished (see `branch`).
+    SubDone(usize, branch::Sub, Report),
 }
 
 /// What a dispatched task came back with.
@@ -117,10 +121,6 @@ impl TaskState {
         }
     }
 
-    fn passed(&self) -> bool {
-        self.row().is_some_and(|r| r.status.is_pass())
-    }
-
     fn undispatched(&self) -> bool {
         matches!(self, TaskState::Waiting | TaskState::Ready)
     }
@@ -163,6 +163,8 @@ struct Coord<'o> {
     main_end: Option<(Outcome, Option<Ceiling>, Option<String>, Verdict)>,
     log_failed: Option<String>,
     started: Instant,
+    /// Fan-out nodes, route folds and revise loops in progress (RFC-0002:C-REVISE-LOOP).
+    br: branch::Branches,
 }
 
 fn refused<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_ {
@@ -289,6 +291,7 @@ pub async fn execute(
         spend_blocked: Arc::new(AtomicBool::new(false)),
     });
     let n = req.plan.tasks.len();
+    let br = branch::Branches::new(&req.plan, &adm);
     let (abort, _) = watch::channel(Abort::None);
     let mut c = Coord {
         tasks: Arc::new(req.plan.tasks.clone()),
@@ -318,6 +321,7 @@ pub async fn execute(
         main_end: None,
         log_failed: None,
         started,
+        br,
     };
     c.admission_rows();
     c.seed(Stage::Iteration);
@@ -354,6 +358,7 @@ pub async fn execute(
                     c.on_stop();
                 }
                 Msg::Done(i, report) => c.done(i, report),
+                Msg::SubDone(i, sub, report) => c.sub_done(i, sub, report),
             },
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),
             _ = tokio::time::sleep_until(run_deadline), if !c.wall && !c.stopped => c.on_wall(),
@@ -423,6 +428,8 @@ impl Coord<'_> {
     }
 
     fn dispatch(&mut self) {
+        // Fan-out lanes and revise rounds settle what dispatch can no longer reach themselves.
+        self.advance_branches();
         if self.dispatch_closed() {
             return;
         }
@@ -468,6 +475,12 @@ impl Coord<'_> {
         let task = self.task(i).clone();
         let inputs = self.inputs(i);
         self.state[i] = TaskState::Running;
+        self.spawn_attempt(i, task, inputs, None);
+    }
+
+    /// Runs `task` (task `i` itself, or one instance or round of it when `sub` says which) on
+    /// its lane; the report comes back as a message.
+    fn spawn_attempt(&mut self, i: usize, task: Task, inputs: Value, sub: Option<branch::Sub>) {
         self.in_flight += 1;
         if task.isolated {
             self.isolated_busy += 1;
@@ -488,32 +501,23 @@ impl Coord<'_> {
                 graded: Graded::fail(format!("internal error in the attempt runner: {e}"), None),
                 ..Report::empty()
             });
-            let _ = tx.send(Msg::Done(i, report));
+            let _ = tx.send(match sub {
+                None => Msg::Done(i, report),
+                Some(sub) => Msg::SubDone(i, sub, report),
+            });
         });
     }
 
     /// The inputs JSON a task receives (RFC-0002:C-SETTLED-JOIN, C-PLAYBOOK-PARAMS).
     fn inputs(&self, i: usize) -> Value {
+        self.inputs_with(i, &|d| self.entry_of(d))
+    }
+
+    /// [`Coord::inputs`] with each dependency's entry from `entry` (a revise round reads this
+    /// round's body results).
+    fn inputs_with(&self, i: usize, entry: &dyn Fn(usize) -> Option<Entry>) -> Value {
         let t = self.task(i);
-        let mut m = Map::new();
-        for &d in &self.adm.deps[i] {
-            let Some(row) = self.state[d].row() else {
-                continue;
-            };
-            let name = self.task(d).name.clone();
-            match t.join {
-                Join::All | Join::Passed => {
-                    if row.status.is_pass() {
-                        m.insert(name, row.output.clone().unwrap_or(Value::Null));
-                    }
-                }
-                Join::Settled => {
-                    let entry =
-                        taskio::settled_entry(row.status, row.note.as_deref(), row.output.as_ref());
-                    m.insert(name, entry);
-                }
-            }
-        }
+        let mut m = self.dep_inputs(i, entry);
         // Reserved inputs are written after the entries, never wrapped in one.
         if t.kind != TaskKind::Agent {
             m.insert("params".into(), self.params.clone());
@@ -527,10 +531,8 @@ impl Coord<'_> {
             let mut tasks = Map::new();
             for (j, st) in self.state.iter().enumerate() {
                 if let (Some(r), Stage::Iteration) = (st.row(), self.task(j).stage) {
-                    tasks.insert(
-                        r.task.clone(),
-                        taskio::settled_entry(r.status, r.note.as_deref(), r.output.as_ref()),
-                    );
+                    let entry = self.entry_of(j).map(|e| e.to_value());
+                    tasks.insert(r.task.clone(), entry.unwrap_or(Value::Null));
                 }
             }
             let mut outcome = Map::new();
@@ -544,11 +546,21 @@ impl Coord<'_> {
     /// Records a settled row: in memory now, on the log through the writer, effects on
     /// dependents once durable.
     fn settle(&mut self, i: usize, row: TaskResult) {
-        self.spent += row.cost_usd;
-        if row.cost_usd > 0.0 && self.spent >= self.adm.max_cost {
+        self.add_spend(row.cost_usd);
+        self.settle_row(i, row);
+    }
+
+    fn add_spend(&mut self, cost_usd: f64) {
+        self.spent += cost_usd;
+        if cost_usd > 0.0 && self.spent >= self.adm.max_cost {
             // An attempt carried the total to or past the ceiling.
             self.exhaust_cost();
         }
+    }
+
+    /// [`Coord::settle`] without counting the row's spend: for a row whose sub-rows (instances,
+    /// rounds) already counted it.
+    fn settle_row(&mut self, i: usize, row: TaskResult) {
         self.observer.task_settled(&row);
         let seq = self.writer.push(&Event::TaskResult(row.clone()));
         let halts =
@@ -607,36 +619,30 @@ impl Coord<'_> {
         if !stage_open {
             return;
         }
-        let deps = &self.adm.deps[i];
-        let passing = deps.iter().filter(|&&d| self.state[d].passed()).count();
-        let runnable = match t.join {
-            Join::All => passing == deps.len(),
-            Join::Passed => passing > 0,
-            Join::Settled => true,
-        };
-        if runnable {
-            self.state[i] = TaskState::Ready;
-            if self.task(i).isolated {
-                self.ready_isolated.insert(i);
-            } else {
-                self.ready_shared.insert(i);
-            }
-            return;
+        // Joins, `when`, fan-out, routes and loop bodies (RFC-0002:C-SETTLED-JOIN).
+        self.decide(i);
+    }
+
+    fn make_ready(&mut self, i: usize) {
+        self.state[i] = TaskState::Ready;
+        if self.task(i).isolated {
+            self.ready_isolated.insert(i);
+        } else {
+            self.ready_shared.insert(i);
         }
-        let culprit = deps
-            .iter()
-            .find(|&&d| !self.state[d].passed())
-            .map(|&d| self.task(d).name.clone());
-        let b = blocked(
-            t,
-            BlockedReason::DependencyDidNotPass,
-            culprit.as_deref(),
-            "dependency did not pass".into(),
-        );
-        self.settle(i, b);
     }
 
     fn done(&mut self, i: usize, report: Report) {
+        if !self.attempt_ended(i, &report) {
+            return;
+        }
+        let r = report_row(self.task(i).name.clone(), report);
+        self.settle(i, r);
+    }
+
+    /// Frees the lane an attempt of task `i` held and applies what its report says about the
+    /// run. Returns whether the attempt settles: one killed by an operator stop does not.
+    fn attempt_ended(&mut self, i: usize, report: &Report) -> bool {
         self.in_flight -= 1;
         if self.task(i).isolated {
             self.isolated_busy -= 1;
@@ -645,7 +651,7 @@ impl Coord<'_> {
         }
         if report.stopped {
             // Killed by an operator stop: it never settled, so it gets no row.
-            return;
+            return false;
         }
         // The attempt saw the ceiling fall before the coordinator's own timer did: the ceiling
         // comes first, so what it left undispatched is blocked by the ceiling, not by this
@@ -658,23 +664,7 @@ impl Coord<'_> {
                 self.completion = Some(reason);
             }
         }
-        let t = self.task(i);
-        let r = TaskResult {
-            task: t.name.clone(),
-            status: report.graded.status,
-            note: report.graded.note,
-            output: report.graded.output,
-            attempts: report.attempts,
-            cost_usd: report.cost_usd,
-            secs: report.secs,
-            score: None,
-            files: false,
-            blocked: None,
-            reused_from: None,
-            refused: report.refused,
-            transport: report.transport,
-        };
-        self.settle(i, r);
+        true
     }
 
     fn on_stop(&mut self) {
@@ -869,6 +859,25 @@ fn invalidating(r: &TaskResult) -> bool {
         Status::Fail | Status::Transport | Status::Blocked | Status::Truncated => true,
         Status::Skipped => r.attempts > 0,
         Status::Pass | Status::NotTaken => false,
+    }
+}
+
+/// The row a dispatched attempt's report settles as, under `name`.
+fn report_row(name: String, report: Report) -> TaskResult {
+    TaskResult {
+        task: name,
+        status: report.graded.status,
+        note: report.graded.note,
+        output: report.graded.output,
+        attempts: report.attempts,
+        cost_usd: report.cost_usd,
+        secs: report.secs,
+        score: None,
+        files: false,
+        blocked: None,
+        reused_from: None,
+        refused: report.refused,
+        transport: report.transport,
     }
 }
 

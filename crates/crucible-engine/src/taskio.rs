@@ -3,7 +3,7 @@
 //! grading, the reserved output fields and the typed `emits` check.
 
 use crucible_plan::{Direction, FieldType, Status, Task};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The settled shape of one attempt, before the engine's own bookkeeping.
 #[derive(Clone, Debug, PartialEq)]
@@ -248,17 +248,6 @@ pub fn is_http_url(s: &str) -> bool {
         }
         None => false,
     }
-}
-
-/// The entry a task joining "settled" receives for one dependency (RFC-0002:C-SETTLED-JOIN).
-pub fn settled_entry(status: Status, note: Option<&str>, output: Option<&Value>) -> Value {
-    let mut m = Map::new();
-    m.insert("status".into(), Value::from(status.as_str()));
-    m.insert("note".into(), note.map(Value::from).unwrap_or(Value::Null));
-    m.insert("output".into(), output.cloned().unwrap_or(Value::Null));
-    // Declared files are not built yet, so no set is ever staged.
-    m.insert("files".into(), Value::Bool(false));
-    Value::Object(m)
 }
 
 #[cfg(test)]

@@ -318,6 +318,17 @@ impl Lanes {
     pub fn in_flight(&self) -> usize {
         self.in_flight
     }
+
+    /// Lanes neither started nor refused yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes every lane not yet started: dispatch stopped for good (a ceiling, a required
+    /// failure) and the caller settles them without dispatch.
+    pub fn drain(&mut self) -> Vec<Instance> {
+        self.pending.drain(..).collect()
+    }
 }
 
 #[cfg(test)]
