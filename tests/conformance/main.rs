@@ -12,3 +12,4 @@ mod lane;
 mod runs;
 mod settled_join;
 mod stop;
+mod task_files;

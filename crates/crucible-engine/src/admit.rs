@@ -93,9 +93,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             }
             other => unsupported(&format!("kind `{other}`"))?,
         }
-        if !t.emits_files.is_empty() {
-            unsupported("emits_files")?;
-        }
         if t.over.is_some() || t.max_fanout > 0 || !t.keyed.is_empty() {
             unsupported("fan-out (over)")?;
         }
@@ -310,6 +307,7 @@ mod tests {
             agent_cmd: None,
             harness: None,
             model: None,
+            max_files_bytes: crate::files::DEFAULT_MAX_FILES_BYTES,
         };
         (dir, req)
     }

@@ -12,8 +12,10 @@
 //! sub-rows a node collects before its own `settle`; declared files hang off `Report`.
 
 use crate::admit::Admitted;
+use crate::files::StagedSet;
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
+use crate::taskfiles::{self, RunFiles, StagingRefused};
 use crate::taskio::{self, Graded};
 use crate::{git, state, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::{PromptParts, TurnSettings};
@@ -56,6 +58,10 @@ struct Report {
     stopped: bool,
     /// The run's wall-clock ceiling killed it.
     ceiling_killed: bool,
+    /// A set of declared files was published for it (RFC-0002:C-TASK-FILES).
+    files: bool,
+    /// Its inputs could not be staged: it settles blocked without running.
+    staging_refused: Option<StagingRefused>,
 }
 
 impl Report {
@@ -70,6 +76,8 @@ impl Report {
             completion: None,
             stopped: false,
             ceiling_killed: false,
+            files: false,
+            staging_refused: None,
         }
     }
 }
@@ -95,6 +103,8 @@ struct Ctx {
     tx: mpsc::UnboundedSender<Msg>,
     /// Set once the cost ceiling is reached: spending tasks stop retrying.
     spend_blocked: Arc<AtomicBool>,
+    /// Declared files: the run's `files/` area, its size bound, and staging.
+    files: Arc<RunFiles>,
 }
 
 /// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
@@ -196,6 +206,10 @@ pub async fn execute(
     }
     let run_dir = state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
     let memory = run_dir.join("memory");
+    // A crashed run may have left sealed staged inputs behind; setup clears the workspace.
+    if ws.is_dir() {
+        let _ = crate::files::unstage(&ws);
+    }
     let base = {
         let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
         tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
@@ -265,6 +279,7 @@ pub async fn execute(
         });
     });
     let agent = &req.manifest.manifest.agent;
+    taskfiles::exclude_inputs(&memory).map_err(state_err("git memory"))?;
     let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
     let ctx = Arc::new(Ctx {
         ws,
@@ -287,6 +302,11 @@ pub async fn execute(
         run_id: run_id.clone(),
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
+        files: Arc::new(RunFiles::new(
+            &run_dir,
+            &req.plan.tasks,
+            req.max_files_bytes,
+        )),
     });
     let n = req.plan.tasks.len();
     let (abort, _) = watch::channel(Abort::None);
@@ -466,7 +486,19 @@ impl Coord<'_> {
 
     fn start(&mut self, i: usize) {
         let task = self.task(i).clone();
-        let inputs = self.inputs(i);
+        let staging = {
+            let rows: Vec<Option<&TaskResult>> = self.state.iter().map(TaskState::row).collect();
+            self.ctx
+                .files
+                .staging(&self.tasks, &self.adm.deps, &rows, i)
+        };
+        let mut inputs = self.inputs(i);
+        let deps: Vec<&str> = self.adm.deps[i]
+            .iter()
+            .map(|&d| self.task(d).name.as_str())
+            .collect();
+        taskfiles::mark_staged(&mut inputs, &task, &deps, &staging);
+        let sets = staging.sets;
         self.state[i] = TaskState::Running;
         self.in_flight += 1;
         if task.isolated {
@@ -481,7 +513,9 @@ impl Coord<'_> {
         tokio::spawn(async move {
             let tx = ctx.tx.clone();
             let run =
-                tokio::spawn(async move { attempt(&ctx, i, &task, inputs, main, abort).await });
+                tokio::spawn(
+                    async move { attempt(&ctx, i, &task, inputs, sets, main, abort).await },
+                );
             // A panic in the attempt runner must still settle the task, or the run would wait
             // for it forever.
             let report = run.await.unwrap_or_else(|e| Report {
@@ -543,7 +577,14 @@ impl Coord<'_> {
 
     /// Records a settled row: in memory now, on the log through the writer, effects on
     /// dependents once durable.
-    fn settle(&mut self, i: usize, row: TaskResult) {
+    fn settle(&mut self, i: usize, mut row: TaskResult) {
+        if !row.files {
+            // RFC-0002:C-SETTLED-JOIN: a row that vouches for no set leaves none behind.
+            if let Err(e) = self.ctx.files.settled_without_set(self.task(i)) {
+                let note = format!("cannot remove its earlier file set: {e}");
+                row.note = Some(row.note.map_or(note.clone(), |n| format!("{n}; {note}")));
+            }
+        }
         self.spent += row.cost_usd;
         if row.cost_usd > 0.0 && self.spent >= self.adm.max_cost {
             // An attempt carried the total to or past the ceiling.
@@ -647,6 +688,16 @@ impl Coord<'_> {
             // Killed by an operator stop: it never settled, so it gets no row.
             return;
         }
+        if let Some(s) = report.staging_refused {
+            let b = blocked(
+                self.task(i),
+                BlockedReason::StagingRefused,
+                s.task.as_deref(),
+                s.note,
+            );
+            self.settle(i, b);
+            return;
+        }
         // The attempt saw the ceiling fall before the coordinator's own timer did: the ceiling
         // comes first, so what it left undispatched is blocked by the ceiling, not by this
         // task's failure.
@@ -668,7 +719,7 @@ impl Coord<'_> {
             cost_usd: report.cost_usd,
             secs: report.secs,
             score: None,
-            files: false,
+            files: report.files,
             blocked: None,
             reused_from: None,
             refused: report.refused,
@@ -920,6 +971,7 @@ async fn attempt(
     i: usize,
     task: &Task,
     inputs: Value,
+    sets: Vec<StagedSet>,
     main: bool,
     abort: watch::Receiver<Abort>,
 ) -> Report {
@@ -1000,6 +1052,21 @@ async fn attempt(
         } else {
             ctx.ws.clone()
         };
+        let prepared = {
+            let (files, root, t, sets) =
+                (ctx.files.clone(), cwd.clone(), task.clone(), sets.clone());
+            tokio::task::spawn_blocking(move || files.prepare(&root, &t, &sets))
+                .await
+                .expect("staging does not panic")
+        };
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(refused) => {
+                report.staging_refused = Some(refused);
+                cleanup(ctx, task, &cwd).await;
+                break;
+            }
+        };
         if task.kind == TaskKind::Agent {
             crucible_agent::clear_result(&cwd);
         }
@@ -1065,6 +1132,23 @@ async fn attempt(
                     report.graded = Graded::fail(note, report.graded.output.clone());
                 }
             }
+        }
+        if !report.stopped {
+            // Before the root's changes are committed or discarded (RFC-0002:C-SETTLED-JOIN).
+            let (files, root, t) = (ctx.files.clone(), cwd.clone(), task.clone());
+            let mut graded = std::mem::replace(&mut report.graded, Graded::fail("", None));
+            let (published, graded) = tokio::task::spawn_blocking(move || {
+                let published = files.capture(&root, &t, &prepared, &mut graded);
+                if prepared.staged() {
+                    // Unstaged before the commit, which must not see them either.
+                    let _ = crate::files::unstage(&root);
+                }
+                (published, graded)
+            })
+            .await
+            .expect("capture does not panic");
+            report.files = published;
+            report.graded = graded;
         }
         declared_completion(task, main, &mut report);
         if !task.isolated && !report.stopped && report.graded.status == Status::Pass {
@@ -1165,6 +1249,9 @@ fn declared_completion(task: &Task, main: bool, report: &mut Report) {
 /// removes an isolated task's worktree off the critical path (`finish` sweeps what is left).
 async fn cleanup(ctx: &Ctx, task: &Task, cwd: &std::path::Path) {
     let (memory, cwd) = (ctx.memory.clone(), cwd.to_path_buf());
+    // Sealed staged inputs first: neither the reset nor the removal may trip over them.
+    let root = cwd.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::files::unstage(&root)).await;
     if task.isolated {
         tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&cwd));
     } else {
