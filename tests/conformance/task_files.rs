@@ -270,12 +270,43 @@ fn a_file_swapped_for_a_link_during_capture_is_not_followed() {
         )
         .run();
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(p.path().join("swapped").exists(), "the hook ran");
+    // The hook is honoured by debug builds only; a release binary ignores the variable.
+    assert_eq!(
+        p.path().join("swapped").exists(),
+        cfg!(debug_assertions),
+        "the hook ran in debug builds only"
+    );
     assert_eq!(p.row("racer")["status"], "pass");
     assert_eq!(
         std::fs::read_to_string(set(&p, "racer").join("out.txt")).unwrap(),
         "original"
     );
+}
+
+// RFC-0002:C-SETTLED-JOIN: nothing is captured from a task that skipped, even when it wrote its
+// declared file, and its dependents get no set.
+#[test]
+fn a_skipped_task_publishes_nothing() {
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        command(
+            "maybe",
+            "printf x > x.txt; echo '{\"status\": \"skipped\", \"note\": \"nothing to do\"}'",
+            "emits_files = [\"x.txt\"]\nrequired = false"
+        ),
+        command(
+            "after",
+            &format!("{}; {}", list_inputs(), save_inputs_then("{}")),
+            "required = false\ndepends_on = [\"maybe\"]\njoin = \"settled\""
+        ),
+    ));
+    p.run(&[]);
+    let row = p.row("maybe");
+    assert_eq!(row["status"], "skipped", "{row}");
+    assert_eq!(row["files"], false);
+    assert!(!set(&p, "maybe").exists());
+    assert_eq!(p.saved("after")["maybe"]["files"], false);
+    assert_eq!(listed(&p, "after"), "");
 }
 
 // RFC-0002:C-TASK-FILES: the run-total bound is operator-configurable (flag over environment),

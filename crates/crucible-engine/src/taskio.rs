@@ -256,7 +256,7 @@ pub fn settled_entry(status: Status, note: Option<&str>, output: Option<&Value>)
     m.insert("status".into(), Value::from(status.as_str()));
     m.insert("note".into(), note.map(Value::from).unwrap_or(Value::Null));
     m.insert("output".into(), output.cloned().unwrap_or(Value::Null));
-    // Declared files are not built yet, so no set is ever staged.
+    // Whether this consumer was staged with the set: the runner sets it once it knows.
     m.insert("files".into(), Value::Bool(false));
     Value::Object(m)
 }
