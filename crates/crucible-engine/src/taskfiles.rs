@@ -295,6 +295,66 @@ impl SettledGraph for View<'_> {
 mod tests {
     use super::*;
 
+    fn producer(paths: &[&str]) -> Task {
+        let mut t = Task::new("make", crucible_plan::TaskKind::Command);
+        t.emits_files = paths
+            .iter()
+            .map(|p| crucible_plan::FileDecl {
+                path: p.to_string(),
+                schema: None,
+            })
+            .collect();
+        t
+    }
+
+    // RFC-0002:C-TASK-FILES: a passing attempt whose set is refused becomes a measured failure
+    // that keeps its output; a failing attempt's capture problem only joins its note.
+    #[test]
+    fn capture_converts_a_pass_and_annotates_a_fail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let t = producer(&["x.txt"]);
+        let files = RunFiles::new(tmp.path(), std::slice::from_ref(&t), 1 << 20);
+        let prepared = files.prepare(&ws, &t, &[]).unwrap();
+        assert!(!prepared.staged());
+
+        let mut pass = Graded {
+            status: Status::Pass,
+            note: None,
+            output: Some(serde_json::json!({"v": 1})),
+        };
+        assert!(!files.capture(&ws, &t, &prepared, &mut pass));
+        assert_eq!(pass.status, Status::Fail);
+        assert_eq!(pass.output, Some(serde_json::json!({"v": 1})));
+        assert!(pass.note.unwrap().contains("`x.txt` is absent"));
+
+        let mut fail = Graded::fail("exit 2", None);
+        assert!(!files.capture(&ws, &t, &prepared, &mut fail));
+        assert_eq!(fail.status, Status::Fail);
+        assert!(fail
+            .note
+            .unwrap()
+            .starts_with("exit 2; declared file `x.txt`"));
+
+        std::fs::write(ws.join("x.txt"), "new").unwrap();
+        let mut fail = Graded::fail("exit 2", None);
+        assert!(files.capture(&ws, &t, &prepared, &mut fail));
+        assert_eq!(fail.note.as_deref(), Some("exit 2"));
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("files/make/x.txt")).unwrap(),
+            "new"
+        );
+        // A later skip removes the set it published.
+        let mut skipped = Graded {
+            status: Status::Skipped,
+            note: None,
+            output: None,
+        };
+        assert!(!files.capture(&ws, &t, &prepared, &mut skipped));
+        assert!(!tmp.path().join("files/make").exists());
+    }
+
     // RFC-0002:C-TASK-FILES: the exclude rule is written once, after whatever the file held.
     #[test]
     fn exclude_inputs_appends_once() {
