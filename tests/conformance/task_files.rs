@@ -227,6 +227,16 @@ fn a_fifo_in_place_of_the_file_is_refused() {
     hostile("mkfifo out.txt; echo '{}'", "out.txt", "not a regular file");
 }
 
+// RFC-0002:C-TASK-FILES: a directory in place of the file is refused (only files are declared).
+#[test]
+fn a_directory_in_place_of_the_file_is_refused() {
+    hostile(
+        "mkdir -p out.txt && printf x > out.txt/inner; echo '{}'",
+        "out.txt",
+        "is a directory, not a regular file",
+    );
+}
+
 // RFC-0002:C-TASK-FILES: `../` and absolute paths are refused when the plan is compiled, before
 // any dispatch.
 #[test]
@@ -559,4 +569,22 @@ fn a_set_that_cannot_be_staged_blocks_the_consumer() {
     assert_eq!(row["blocked"]["task"], "make");
     assert!(!p.path().join("used").exists());
     assert!(!p.workspace().join("inputs").exists());
+}
+
+// RFC-0002:C-TASK-FILES: staging owns `inputs/`; a workspace that already holds one is refused
+// before any dispatch when a task declares files, rather than overwritten.
+#[test]
+fn a_workspace_already_holding_inputs_is_refused() {
+    let body = command(
+        "t",
+        "touch \"$PACK/ran\"; printf x > x.txt; echo '{}'",
+        "emits_files = [\"x.txt\"]",
+    );
+    let p = Pack::with_manifest(&format!(
+        "[workspace]\nsetup_cmd = \"mkdir $CRUCIBLE_WORKSPACE/inputs\"\n[workflow]\ntype = \"playbook\"\n{body}"
+    ));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("already holds `inputs`"), "{}", r.stderr);
+    assert!(!p.path().join("ran").exists());
 }

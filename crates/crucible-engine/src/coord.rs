@@ -224,6 +224,10 @@ pub async fn execute(
             return Err(RunError::refused(format!("workspace setup: {e}")));
         }
     };
+    if let Err(e) = taskfiles::check_workspace(&req.plan.tasks, &ws) {
+        let _ = std::fs::remove_dir_all(&run_dir);
+        return Err(RunError::refused(e));
+    }
     let plan_digest = canonical::plan_digest(&req.plan);
     let started_at = log::now_ts();
     let run_json = state::RunJson {

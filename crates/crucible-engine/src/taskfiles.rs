@@ -239,6 +239,22 @@ pub fn mark_staged(inputs: &mut Value, task: &Task, deps: &[&str], plan: &Stagin
     }
 }
 
+/// Refuse, before any dispatch, a workspace that already holds `inputs/` when a task declares
+/// files: staging owns that directory (RFC-0002:C-TASK-FILES stages under `inputs/<producer>/`)
+/// and would overwrite and then remove what the repository or setup put there.
+pub fn check_workspace(tasks: &[Task], ws: &Path) -> Result<(), String> {
+    let declares = tasks.iter().any(|t| !t.emits_files.is_empty());
+    let taken = std::fs::symlink_metadata(ws.join(files::INPUTS_DIR)).is_ok();
+    if declares && taken {
+        return Err(format!(
+            "the workspace already holds `{}` (from the repository, setup_cmd or an inject), \
+             where declared files are staged: rename it, or declare no emits_files",
+            files::INPUTS_DIR
+        ));
+    }
+    Ok(())
+}
+
 /// Keep staged inputs out of every commit of the run's git memory: they are another task's
 /// output, not this task's change.
 pub fn exclude_inputs(git_dir: &Path) -> std::io::Result<()> {
