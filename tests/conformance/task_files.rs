@@ -384,6 +384,25 @@ fn the_size_bound_fails_the_producer_naming_it() {
     assert_eq!(r.code, 1, "{r:?}");
 }
 
+// RFC-0002:C-SETTLED-JOIN: the bound exceeded by an attempt that already failed publishes none
+// of its set and records the bound with the failure note; the status and its note stay.
+#[test]
+fn the_size_bound_on_a_failed_attempt_joins_its_note() {
+    let p = Pack::playbook(&command(
+        "big",
+        "head -c 4096 /dev/zero > b.bin; echo boom >&2; exit 5",
+        "emits_files = [\"b.bin\"]\nrequired = false",
+    ));
+    p.run(&["--max-files-bytes", "1K"]);
+    let row = p.row("big");
+    assert_eq!(row["status"], "fail");
+    assert_eq!(row["files"], false);
+    let n = note(&p, "big");
+    assert!(n.starts_with("exit 5: boom; "), "{n}");
+    assert!(n.contains("bound of 1024 bytes"), "{n}");
+    assert!(!set(&p, "big").exists());
+}
+
 /// A producer that passes writing `shared.txt`, and a failing task on top that declares it.
 fn failing_graph(fail_run: &str, consumer_join: &str) -> Pack {
     Pack::playbook(&format!(
