@@ -378,10 +378,6 @@ fn odd_plans_are_refused_before_dispatch() {
             ),
             "reserved input `outcome`",
         ),
-        (
-            command("a", "echo '{}'", "emits_files = [\"x.json\"]"),
-            "does not run yet",
-        ),
     ];
     for (body, needle) in cases {
         let p = Pack::playbook(&format!(

@@ -17,3 +17,4 @@ mod routes;
 mod runs;
 mod settled_join;
 mod stop;
+mod task_files;

@@ -59,6 +59,9 @@ pub struct CheckArgs {
     /// A capability the substrate provides (repeatable).
     #[arg(long = "cap", value_name = "CAP")]
     pub caps: Vec<String>,
+    /// The run-total bound on captured declared files to report (as for `plan run`).
+    #[arg(long = "max-files-bytes", value_name = "SIZE")]
+    pub max_files_bytes: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -132,6 +135,10 @@ pub struct RunArgs {
     pub harness: Option<String>,
     #[arg(long)]
     pub model: Option<String>,
+    /// The run-total bound on captured declared files, as 200M or 1G (default:
+    /// $CRUCIBLE_FILES_MAX_BYTES, else 1G).
+    #[arg(long = "max-files-bytes", value_name = "SIZE")]
+    pub max_files_bytes: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -4,6 +4,7 @@
 use crate::args::{CheckArgs, CompileArgs, DigestArgs, Format, ParamsArgs, ShowArgs};
 use anyhow::{anyhow, Context, Result};
 use crucible_dsl::{CompileRequest, Compiled, Diagnostics, Limits};
+use crucible_engine::files;
 use crucible_pack::files::{pack_files, tree1_of};
 use crucible_pack::manifest::{self, LoadedManifest};
 use crucible_plan::vocab::ceilings;
@@ -336,6 +337,13 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     }
 }
 
+/// The run-total bound on captured declared files: the flag, else the environment variable,
+/// else the default (RFC-0002:C-TASK-FILES).
+pub(crate) fn files_bound(flag: Option<&str>) -> Result<u64> {
+    let env = std::env::var(files::MAX_FILES_BYTES_ENV).ok();
+    files::max_files_bytes(flag, env.as_deref()).map_err(|e| anyhow!("{e}"))
+}
+
 pub fn check(a: &CheckArgs) -> Result<ExitCode> {
     let m = manifest::load(&a.manifest).map_err(|e| anyhow!("{e}"))?;
     let mut findings = 0;
@@ -407,6 +415,17 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
                 "capabilities needed: {}",
                 needed.into_iter().collect::<Vec<_>>().join(", ")
             );
+        }
+        match files_bound(a.max_files_bytes.as_deref()) {
+            Ok(bound) => println!(
+                "  captured files: at most {bound} bytes per run (--{} or {})",
+                files::MAX_FILES_BYTES_FLAG,
+                files::MAX_FILES_BYTES_ENV
+            ),
+            Err(e) => {
+                eprintln!("error[RFC-0002:C-TASK-FILES]: {e:#}");
+                findings += 1;
+            }
         }
         let (truncated, skipped) = verdict(plan, &a.caps);
         for s in &skipped {

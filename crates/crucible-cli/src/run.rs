@@ -69,6 +69,7 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
+    let max_files_bytes = crate::compile::files_bound(args.max_files_bytes.as_deref())?;
     let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
         .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
     let req = RunRequest {
@@ -83,6 +84,7 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
         agent_cmd: args.agent_cmd.clone(),
         harness,
         model: args.model.clone(),
+        max_files_bytes,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

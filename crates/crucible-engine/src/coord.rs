@@ -14,9 +14,11 @@
 mod branch;
 
 use crate::admit::Admitted;
+use crate::files::{StagedSet, StagingPlan};
 use crate::graph::Entry;
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
+use crate::taskfiles::{self, RunFiles, StagingRefused};
 use crate::taskio::{self, Graded};
 use crate::{git, state, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::{PromptParts, TurnSettings};
@@ -60,6 +62,10 @@ struct Report {
     stopped: bool,
     /// The run's wall-clock ceiling killed it.
     ceiling_killed: bool,
+    /// A set of declared files was published for it (RFC-0002:C-TASK-FILES).
+    files: bool,
+    /// Its inputs could not be staged: it settles blocked without running.
+    staging_refused: Option<StagingRefused>,
 }
 
 impl Report {
@@ -74,6 +80,8 @@ impl Report {
             completion: None,
             stopped: false,
             ceiling_killed: false,
+            files: false,
+            staging_refused: None,
         }
     }
 }
@@ -99,6 +107,8 @@ struct Ctx {
     tx: mpsc::UnboundedSender<Msg>,
     /// Set once the cost ceiling is reached: spending tasks stop retrying.
     spend_blocked: Arc<AtomicBool>,
+    /// Declared files: the run's `files/` area, its size bound, and staging.
+    files: Arc<RunFiles>,
 }
 
 /// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
@@ -198,6 +208,10 @@ pub async fn execute(
     }
     let run_dir = state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
     let memory = run_dir.join("memory");
+    // A crashed run may have left sealed staged inputs behind; setup clears the workspace.
+    if ws.is_dir() {
+        let _ = crate::files::unstage(&ws);
+    }
     let base = {
         let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
         tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
@@ -212,6 +226,10 @@ pub async fn execute(
             return Err(RunError::refused(format!("workspace setup: {e}")));
         }
     };
+    if let Err(e) = taskfiles::check_workspace(&req.plan.tasks, &ws) {
+        let _ = std::fs::remove_dir_all(&run_dir);
+        return Err(RunError::refused(e));
+    }
     let plan_digest = canonical::plan_digest(&req.plan);
     let started_at = log::now_ts();
     let run_json = state::RunJson {
@@ -267,6 +285,7 @@ pub async fn execute(
         });
     });
     let agent = &req.manifest.manifest.agent;
+    taskfiles::exclude_inputs(&memory).map_err(state_err("git memory"))?;
     let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
     let ctx = Arc::new(Ctx {
         ws,
@@ -289,6 +308,11 @@ pub async fn execute(
         run_id: run_id.clone(),
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
+        files: Arc::new(RunFiles::new(
+            &run_dir,
+            &req.plan.tasks,
+            req.max_files_bytes,
+        )),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -473,14 +497,36 @@ impl Coord<'_> {
 
     fn start(&mut self, i: usize) {
         let task = self.task(i).clone();
-        let inputs = self.inputs(i);
+        let staging = self.staging(i);
+        let mut inputs = self.inputs(i);
+        let deps: Vec<&str> = self.adm.deps[i]
+            .iter()
+            .map(|&d| self.task(d).name.as_str())
+            .collect();
+        taskfiles::mark_staged(&mut inputs, &task, &deps, &staging);
         self.state[i] = TaskState::Running;
-        self.spawn_attempt(i, task, inputs, None);
+        self.spawn_attempt(i, task, inputs, staging.sets, None);
+    }
+
+    /// The declared-file sets task `i` receives, from the settled rows as they stand now
+    /// (RFC-0002:C-TASK-FILES, C-SETTLED-JOIN).
+    fn staging(&self, i: usize) -> StagingPlan {
+        let rows: Vec<Option<&TaskResult>> = self.state.iter().map(TaskState::row).collect();
+        self.ctx
+            .files
+            .staging(&self.tasks, &self.adm.deps, &rows, i)
     }
 
     /// Runs `task` (task `i` itself, or one instance or round of it when `sub` says which) on
-    /// its lane; the report comes back as a message.
-    fn spawn_attempt(&mut self, i: usize, task: Task, inputs: Value, sub: Option<branch::Sub>) {
+    /// its lane, staged with `sets`; the report comes back as a message.
+    fn spawn_attempt(
+        &mut self,
+        i: usize,
+        task: Task,
+        inputs: Value,
+        sets: Vec<StagedSet>,
+        sub: Option<branch::Sub>,
+    ) {
         self.in_flight += 1;
         if task.isolated {
             self.isolated_busy += 1;
@@ -494,7 +540,9 @@ impl Coord<'_> {
         tokio::spawn(async move {
             let tx = ctx.tx.clone();
             let run =
-                tokio::spawn(async move { attempt(&ctx, i, &task, inputs, main, abort).await });
+                tokio::spawn(
+                    async move { attempt(&ctx, i, &task, inputs, sets, main, abort).await },
+                );
             // A panic in the attempt runner must still settle the task, or the run would wait
             // for it forever.
             let report = run.await.unwrap_or_else(|e| Report {
@@ -560,7 +608,14 @@ impl Coord<'_> {
 
     /// [`Coord::settle`] without counting the row's spend: for a row whose sub-rows (instances,
     /// rounds) already counted it.
-    fn settle_row(&mut self, i: usize, row: TaskResult) {
+    fn settle_row(&mut self, i: usize, mut row: TaskResult) {
+        if !row.files {
+            // RFC-0002:C-SETTLED-JOIN: a row that vouches for no set leaves none behind.
+            if let Err(e) = self.ctx.files.settled_without_set(self.task(i)) {
+                let note = format!("cannot remove its earlier file set: {e}");
+                row.note = Some(row.note.map_or(note.clone(), |n| format!("{n}; {note}")));
+            }
+        }
         self.observer.task_settled(&row);
         let seq = self.writer.push(&Event::TaskResult(row.clone()));
         let halts =
@@ -636,8 +691,26 @@ impl Coord<'_> {
         if !self.attempt_ended(i, &report) {
             return;
         }
-        let r = report_row(self.task(i).name.clone(), report);
+        let r = self.attempt_row(i, self.task(i).name.clone(), report);
         self.settle(i, r);
+    }
+
+    /// The row an attempt of task `i` settles as, under `name` (the task's, an instance's):
+    /// blocked when its inputs could not be staged, else what the attempt graded.
+    fn attempt_row(&self, i: usize, name: String, report: Report) -> TaskResult {
+        match report.staging_refused {
+            Some(s) => {
+                let mut b = blocked(
+                    self.task(i),
+                    BlockedReason::StagingRefused,
+                    s.task.as_deref(),
+                    s.note,
+                );
+                b.task = name;
+                b
+            }
+            None => report_row(name, report),
+        }
     }
 
     /// Frees the lane an attempt of task `i` held and applies what its report says about the
@@ -873,7 +946,7 @@ fn report_row(name: String, report: Report) -> TaskResult {
         cost_usd: report.cost_usd,
         secs: report.secs,
         score: None,
-        files: false,
+        files: report.files,
         blocked: None,
         reused_from: None,
         refused: report.refused,
@@ -929,6 +1002,7 @@ async fn attempt(
     i: usize,
     task: &Task,
     inputs: Value,
+    sets: Vec<StagedSet>,
     main: bool,
     abort: watch::Receiver<Abort>,
 ) -> Report {
@@ -1009,6 +1083,21 @@ async fn attempt(
         } else {
             ctx.ws.clone()
         };
+        let prepared = {
+            let (files, root, t, sets) =
+                (ctx.files.clone(), cwd.clone(), task.clone(), sets.clone());
+            tokio::task::spawn_blocking(move || files.prepare(&root, &t, &sets))
+                .await
+                .expect("staging does not panic")
+        };
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(refused) => {
+                report.staging_refused = Some(refused);
+                cleanup(ctx, task, &cwd).await;
+                break;
+            }
+        };
         if task.kind == TaskKind::Agent {
             crucible_agent::clear_result(&cwd);
         }
@@ -1074,6 +1163,23 @@ async fn attempt(
                     report.graded = Graded::fail(note, report.graded.output.clone());
                 }
             }
+        }
+        if !report.stopped {
+            // Before the root's changes are committed or discarded (RFC-0002:C-SETTLED-JOIN).
+            let (files, root, t) = (ctx.files.clone(), cwd.clone(), task.clone());
+            let mut graded = std::mem::replace(&mut report.graded, Graded::fail("", None));
+            let (published, graded) = tokio::task::spawn_blocking(move || {
+                let published = files.capture(&root, &t, &prepared, &mut graded);
+                if prepared.staged() {
+                    // Unstaged before the commit, which must not see them either.
+                    let _ = crate::files::unstage(&root);
+                }
+                (published, graded)
+            })
+            .await
+            .expect("capture does not panic");
+            report.files = published;
+            report.graded = graded;
         }
         declared_completion(task, main, &mut report);
         if !task.isolated && !report.stopped && report.graded.status == Status::Pass {
@@ -1174,6 +1280,9 @@ fn declared_completion(task: &Task, main: bool, report: &mut Report) {
 /// removes an isolated task's worktree off the critical path (`finish` sweeps what is left).
 async fn cleanup(ctx: &Ctx, task: &Task, cwd: &std::path::Path) {
     let (memory, cwd) = (ctx.memory.clone(), cwd.to_path_buf());
+    // Sealed staged inputs first: neither the reset nor the removal may trip over them.
+    let root = cwd.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::files::unstage(&root)).await;
     if task.isolated {
         tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&cwd));
     } else {

@@ -13,6 +13,7 @@ pub mod graph;
 mod log;
 mod proc;
 pub mod state;
+mod taskfiles;
 mod taskio;
 
 use crucible_pack::LoadedManifest;
@@ -42,6 +43,8 @@ pub struct RunRequest {
     /// `--harness` / `--model`: launch-wide agent settings.
     pub harness: Option<String>,
     pub model: Option<String>,
+    /// The run-total bound on captured declared files, in bytes (RFC-0002:C-TASK-FILES).
+    pub max_files_bytes: u64,
 }
 
 /// What a caller sees while a run goes (the CLI's live view or plain lines).

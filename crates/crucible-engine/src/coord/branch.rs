@@ -4,7 +4,7 @@
 //! `crate::graph`; this module keeps the run state they need and turns them into dispatches and
 //! rows on the coordinator.
 
-use super::{blocked, report_row, row, Coord, Report, TaskState};
+use super::{blocked, row, Coord, Report, TaskState};
 use crate::admit::Admitted;
 use crate::graph::fanout::{self, Instance, Lane, Lanes, Spend};
 use crate::graph::revise::{self, LoopRun, Next};
@@ -362,7 +362,14 @@ impl Coord<'_> {
         inst.apply(&mut inputs, task.join);
         let mut t = task.clone();
         t.name = inst.name.clone();
-        self.spawn_attempt(i, t, Value::Object(inputs), Some(Sub::Instance(inst.key)));
+        let sets = self.staging(i).sets;
+        self.spawn_attempt(
+            i,
+            t,
+            Value::Object(inputs),
+            sets,
+            Some(Sub::Instance(inst.key)),
+        );
     }
 
     /// Logs an instance's row (its spend counts now) and keeps it for the fold.
@@ -415,14 +422,15 @@ impl Coord<'_> {
                 }
                 if settles {
                     let name = fanout::instance_name(&self.task(i).name, &key);
-                    self.instance_settled(i, &key, report_row(name, report));
+                    let r = self.attempt_row(i, name, report);
+                    self.instance_settled(i, &key, r);
                 }
             }
             Sub::Round => {
                 let l = self.br.member_of[&i];
                 self.br.loops[l].in_flight = false;
                 if settles {
-                    let r = report_row(self.task(i).name.clone(), report);
+                    let r = self.attempt_row(i, self.task(i).name.clone(), report);
                     self.round_settled(l, r, true);
                 }
             }
@@ -535,7 +543,8 @@ impl Coord<'_> {
                         m.insert(REVISION.to_string(), rev);
                     }
                     self.br.loops[l].in_flight = true;
-                    self.spawn_attempt(j, task, inputs, Some(Sub::Round));
+                    let sets = self.staging(j).sets;
+                    self.spawn_attempt(j, task, inputs, sets, Some(Sub::Round));
                     return;
                 }
                 Readiness::Wait | Readiness::Unsettled => return,
