@@ -94,7 +94,11 @@ fn launch_settings_are_checked_and_applied() {
     ));
     let r = p.run(&["--param", "a.model=m3"]);
     assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.stderr.contains("is not in [agent.overrides].models"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("is not in [agent.overrides].models"),
+        "{}",
+        r.stderr
+    );
     let r = p.run(&["--param", "nosuch.model=m1"]);
     assert_eq!(r.code, 1, "{r:?}");
     let r = p.run(&["--param", "*.model=m2", "--param", "a.model=m1"]);

@@ -1,0 +1,247 @@
+//! Resumption (RFC-0002:C-PLAYBOOK-RESUME): reading an interrupted run back from its session
+//! log. Nothing here executes anything: [`reopen`] checks the run's identity, rebuilds the
+//! workspace and hands the coordinator the folded rows, which it takes through the same state
+//! machine as live settlements (`Coord::fold`), so there is no second execution path.
+
+use crate::{git, state, RunError, RunRequest, RunSummary};
+use crucible_plan::wire::{
+    decode_line, decode_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
+};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// A run's session log, decoded.
+pub struct Log {
+    pub start: Start,
+    /// When the run first started (the `start` line's timestamp).
+    pub started_at: SystemTime,
+    pub admitted: Option<PlanAdmitted>,
+    /// Every settled row, in the order it was settled.
+    pub rows: Vec<TaskResult>,
+    pub shutdown: Option<Shutdown>,
+    /// A torn last line to cut before anything is appended: the byte length to keep.
+    torn: Option<u64>,
+    /// The last line is whole but lacks its newline: one must be added before appending.
+    unterminated: bool,
+}
+
+/// Reads a session log. A torn last line is tolerated; any other malformed line is refused
+/// with its line number.
+pub fn read_log(path: &Path) -> Result<Log, RunError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        RunError::refused(format!(
+            "cannot read the session log {}: {e}",
+            path.display()
+        ))
+    })?;
+    let lines =
+        decode_log(&text).map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
+    let (mut torn, mut unterminated) = (None, false);
+    if !text.is_empty() && !text.ends_with('\n') {
+        let cut = text.rfind('\n').map_or(0, |i| i + 1);
+        if decode_line(&text[cut..]).is_ok() {
+            unterminated = true;
+        } else {
+            torn = Some(cut as u64);
+        }
+    }
+    let mut it = lines.into_iter();
+    let (start, ts) = match it.next() {
+        Some(l) => match l.event {
+            Event::Start(s) => (s, l.ts),
+            _ => return Err(not_a_run(path)),
+        },
+        None => return Err(not_a_run(path)),
+    };
+    let started_at = humantime::parse_rfc3339(&ts).map_err(|e| {
+        RunError::refused(format!(
+            "{}: the start line's time {ts:?} does not parse: {e}",
+            path.display()
+        ))
+    })?;
+    let mut log = Log {
+        start,
+        started_at,
+        admitted: None,
+        rows: Vec::new(),
+        shutdown: None,
+        torn,
+        unterminated,
+    };
+    for l in it {
+        match l.event {
+            Event::PlanAdmitted(a) => log.admitted = Some(a),
+            Event::TaskResult(r) => log.rows.push(r),
+            Event::Shutdown(s) => log.shutdown = Some(s),
+            _ => {}
+        }
+    }
+    Ok(log)
+}
+
+fn not_a_run(path: &Path) -> RunError {
+    RunError::refused(format!(
+        "{}: the session log does not begin with a start line",
+        path.display()
+    ))
+}
+
+impl Log {
+    /// Opens the log for appending, cutting a torn last line first so that appended lines never
+    /// follow a fragment.
+    pub fn open_for_append(&self, path: &Path) -> std::io::Result<File> {
+        if let Some(len) = self.torn {
+            let f = std::fs::OpenOptions::new().write(true).open(path)?;
+            f.set_len(len)?;
+            f.sync_all()?;
+        }
+        let mut f = crate::log::open(path)?;
+        if self.unterminated {
+            std::io::Write::write_all(&mut f, b"\n")?;
+        }
+        Ok(f)
+    }
+
+    /// The run's rows by task, in plan order, for a summary (`None` for an unsettled task).
+    pub fn summary_rows(&self, plan: &crucible_plan::Plan) -> Vec<(String, Option<TaskResult>)> {
+        plan.tasks
+            .iter()
+            .map(|t| {
+                let row = self.rows.iter().rev().find(|r| r.task == t.name).cloned();
+                (t.name.clone(), row)
+            })
+            .collect()
+    }
+}
+
+/// An interrupted run, ready for the coordinator.
+pub struct Reopened {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub log: Log,
+    pub file: File,
+    /// Wall-clock time since the run first started, downtime included.
+    pub elapsed: Duration,
+}
+
+/// What `plan run --resume` finds.
+pub enum Resumption {
+    /// The run already shut down: its verdict, and nothing changed.
+    Finished(Box<RunSummary>),
+    Live(Box<Reopened>),
+}
+
+/// Picks the most recent run (`state/current`), checks that the launch matches it, and, unless
+/// it already shut down, rebuilds its workspace and opens its log for appending.
+pub fn reopen(
+    req: &RunRequest,
+    max_cost: f64,
+    ws: &Path,
+    state_dir: &Path,
+) -> Result<Resumption, RunError> {
+    let current = std::fs::read_to_string(state_dir.join("current")).map_err(|e| {
+        RunError::refused(format!(
+            "nothing to resume: no run recorded in {} ({e})",
+            state_dir.join("current").display()
+        ))
+    })?;
+    let run_id = current.trim().to_string();
+    let run_dir = state::runs_dir(state_dir).join(&run_id);
+    let path = run_dir.join("session.jsonl");
+    let log = read_log(&path)?;
+    check_identity(req, &log.start, max_cost)?;
+    if let Some(sd) = &log.shutdown {
+        let reused: f64 = log
+            .rows
+            .iter()
+            .filter(|r| r.reused_from.is_some())
+            .map(|r| r.cost_usd)
+            .sum();
+        return Ok(Resumption::Finished(Box::new(RunSummary {
+            run_id,
+            run_dir,
+            outcome: sd.outcome,
+            ceiling: sd.ceiling,
+            reason: sd.reason.clone(),
+            verdict: sd.verdict,
+            spent_usd: sd.spent_usd,
+            reused_usd: reused,
+            max_cost: log.start.max_cost,
+            elapsed_secs: sd.elapsed_secs,
+            max_secs: log.start.max_secs as u64,
+            rows: log.summary_rows(&req.plan),
+        })));
+    }
+    let names: std::collections::HashSet<&str> =
+        req.plan.tasks.iter().map(|t| t.name.as_str()).collect();
+    if let Some(r) = log.rows.iter().find(|r| !names.contains(r.task.as_str())) {
+        return Err(RunError::refused(format!(
+            "cannot resume run {run_id}: its log settles `{}`, which the plan does not contain",
+            r.task
+        )));
+    }
+    git::reopen(ws, &run_dir.join("memory"))
+        .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
+    // Declared files of folded passing tasks are restored here once the coordinator captures
+    // them (RFC-0002:C-TASK-FILES); this engine refuses emits_files at admission, so no folded
+    // row carries a captured set yet.
+    let file = log
+        .open_for_append(&path)
+        .map_err(|e| RunError::state(format!("session log: {e}")))?;
+    let elapsed = SystemTime::now()
+        .duration_since(log.started_at)
+        .unwrap_or_default();
+    Ok(Resumption::Live(Box::new(Reopened {
+        run_id,
+        run_dir,
+        log,
+        file,
+        elapsed,
+    })))
+}
+
+/// RFC-0002:C-PLAYBOOK-RESUME: the same pack, params, variant and cost ceiling, each named when
+/// it differs. The plan digest follows from those; it is checked last as a safeguard.
+fn check_identity(req: &RunRequest, start: &Start, max_cost: f64) -> Result<(), RunError> {
+    let mut diffs = Vec::new();
+    if start.pack != req.pack_digest {
+        diffs.push(format!(
+            "the pack ({} then, {} now)",
+            start.pack, req.pack_digest
+        ));
+    }
+    if start.params != req.plan.params {
+        let keys: std::collections::BTreeSet<&String> =
+            start.params.keys().chain(req.plan.params.keys()).collect();
+        let changed: Vec<&str> = keys
+            .into_iter()
+            .filter(|k| start.params.get(*k) != req.plan.params.get(*k))
+            .map(String::as_str)
+            .collect();
+        diffs.push(format!("params ({})", changed.join(", ")));
+    }
+    if start.variant != req.manifest.variant {
+        diffs.push(format!(
+            "the manifest variant ({:?} then, {:?} now)",
+            start.variant, req.manifest.variant
+        ));
+    }
+    if start.max_cost != max_cost {
+        diffs.push(format!(
+            "--max-cost ({} then, {} now)",
+            start.max_cost, max_cost
+        ));
+    }
+    if diffs.is_empty() && start.plan != crucible_plan::canonical::plan_digest(&req.plan) {
+        diffs.push("the compiled plan".into());
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    Err(RunError::refused(format!(
+        "cannot resume run {}: it differs from this launch in {}",
+        start.run,
+        diffs.join("; ")
+    )))
+}
