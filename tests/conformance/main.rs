@@ -9,6 +9,8 @@ mod caps;
 mod examples;
 mod io;
 mod lane;
+mod rerun;
+mod resume;
 mod runs;
 mod settled_join;
 mod stop;

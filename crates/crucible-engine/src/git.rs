@@ -400,6 +400,15 @@ pub fn reopen(ws: &Path, memory: &Path) -> Result<Oid, GitError> {
         std::fs::remove_dir_all(ws).map_err(ioerr(format!("cannot clear {}", ws.display())))?;
     }
     std::fs::create_dir_all(ws).map_err(ioerr(format!("cannot create {}", ws.display())))?;
+    // A git write the interruption cut short leaves its lock behind; the interrupted engine
+    // was the memory's only writer, so every lock in it is stale.
+    let locks = files_below(memory)?;
+    for lock in locks
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "lock"))
+    {
+        std::fs::remove_file(lock).map_err(ioerr(format!("cannot remove {}", lock.display())))?;
+    }
     let repo = Repository::open_bare(memory).map_err(gerr("cannot open the run's git memory"))?;
     attach(&repo, ws)?;
     let start = [START_REF, "refs/crucible/base"]

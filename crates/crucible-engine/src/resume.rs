@@ -181,6 +181,8 @@ pub fn reopen(
             r.task
         )));
     }
+    // Worktrees of isolated attempts the interruption left behind: never reused.
+    let _ = std::fs::remove_dir_all(run_dir.join("worktrees"));
     git::reopen(ws, &run_dir.join("memory"))
         .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
     // Declared files of folded passing tasks are restored here once the coordinator captures
