@@ -340,3 +340,66 @@ fn a_replay_failure_refuses_the_rerun() {
     );
     assert!(ledger.entries().is_empty());
 }
+
+// RFC-0002:C-PLAYBOOK-RERUN: a reused row that recorded a captured file set needs that set; when
+// it is gone the rerun is refused naming the task and the set.
+#[test]
+fn missing_captured_files_are_refused_by_name() {
+    let p = Pack::playbook(&graph());
+    let ledger = Ledger::new();
+    assert_eq!(run(&p, &ledger).code, 0);
+    let parent = current(&p);
+    // The parent's row for a says it captured files, but no set is in the run's state.
+    let log = p.state().join("runs").join(&parent).join("session.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let edited: String = text
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            if v["task"] == "a" {
+                v["files"] = Value::Bool(true);
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&log, edited).unwrap();
+    fresh(&ledger);
+    let r = rerun(&p, &ledger, &parent, &["b"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("the captured files of a ("),
+        "{}",
+        r.stderr
+    );
+    assert!(ledger.entries().is_empty());
+}
+
+// RFC-0002:C-PLAYBOOK-RERUN + C-PLAYBOOK-RESUME: an interrupted rerun resumes from its own start
+// (the parent's start with the reused commits replayed), keeping its reused rows apart.
+#[test]
+fn an_interrupted_rerun_resumes_on_top_of_its_replayed_commits() {
+    let p = Pack::playbook(&graph());
+    let ledger = Ledger::new();
+    assert_eq!(run(&p, &ledger).code, 0);
+    let parent = current(&p);
+    fresh(&ledger);
+    assert_eq!(rerun(&p, &ledger, &parent, &["c"]).code, 0);
+    // The rerun crashed before c settled: c, z and the shutdown never reached the disk.
+    cut_log(&p, |l| {
+        l["kind"] != "shutdown" && l["task"] != "c" && l["task"] != "z"
+    });
+    fresh(&ledger);
+    let r = p
+        .command(&p.run_args(&["--resume"]))
+        .env("LEDGER", &ledger.path.to_string_lossy())
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(ledger.entries(), ["c", "z"]);
+    // c read a's and b's replayed changes from the rebuilt workspace.
+    let saw = std::fs::read_to_string(format!("{}.c-saw", ledger.path.display())).unwrap();
+    assert_eq!(saw, "from-a\nfrom-b\n");
+    for t in ["a", "b", "d"] {
+        assert_eq!(p.row(t)["reused_from"], Value::from(parent.clone()), "{t}");
+    }
+    p.shutdown();
+}
