@@ -247,3 +247,88 @@ fn check_identity(req: &RunRequest, start: &Start, max_cost: f64) -> Result<(), 
         diffs.join("; ")
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_plan::wire::encode;
+    use crucible_plan::Status;
+
+    fn start() -> String {
+        encode(
+            &Event::Start(Start {
+                run: "r".into(),
+                gate: "task".into(),
+                pack: "tree1:x".into(),
+                plan: "sha256:x".into(),
+                variant: String::new(),
+                params: Default::default(),
+                max_cost: 1.0,
+                max_secs: 60.0,
+                parent: None,
+                series: None,
+            }),
+            "2026-11-30T00:00:00.000Z",
+        )
+    }
+
+    fn row(task: &str) -> String {
+        encode(
+            &Event::TaskResult(TaskResult {
+                task: task.into(),
+                status: Status::Pass,
+                note: None,
+                output: None,
+                attempts: 1,
+                cost_usd: 0.0,
+                secs: 0.0,
+                score: None,
+                files: false,
+                blocked: None,
+                reused_from: None,
+                refused: None,
+                transport: None,
+            }),
+            "2026-11-30T00:00:01.000Z",
+        )
+    }
+
+    fn append_and_reread(text: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let log = read_log(&path).unwrap();
+        let mut f = log.open_for_append(&path).unwrap();
+        std::io::Write::write_all(&mut f, format!("{}\n", row("after")).as_bytes()).unwrap();
+        read_log(&path)
+            .unwrap()
+            .rows
+            .into_iter()
+            .map(|r| r.task)
+            .collect()
+    }
+
+    // RFC-0002:C-PLAYBOOK-RESUME: a torn last line is cut before anything is appended, so the
+    // log stays readable after the resumption writes to it.
+    #[test]
+    fn a_torn_last_line_is_cut_before_appending() {
+        let torn = format!("{}\n{}\n{}", start(), row("a"), &row("b")[..20]);
+        assert_eq!(append_and_reread(&torn), ["a", "after"]);
+    }
+
+    // A whole last line that only lost its newline is kept, and terminated before appending.
+    #[test]
+    fn a_whole_unterminated_last_line_is_kept() {
+        let text = format!("{}\n{}", start(), row("a"));
+        assert_eq!(append_and_reread(&text), ["a", "after"]);
+    }
+
+    #[test]
+    fn a_log_without_a_start_line_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, format!("{}\n", row("a"))).unwrap();
+        let e = read_log(&path).err().expect("refused");
+        assert!(e.message.contains("does not begin with a start line"));
+    }
+}
