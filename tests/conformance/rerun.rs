@@ -68,6 +68,8 @@ fn selection_downstream_and_epilogue_rerun_the_rest_is_reused() {
     let ledger = Ledger::new();
     assert_eq!(run(&p, &ledger).code, 0);
     let parent = current(&p);
+    // A file the pack holds is not part of any task's definition: editing it refuses nothing.
+    p.file("notes.md", "edited after the parent ran\n");
     fresh(&ledger);
     let r = rerun(&p, &ledger, &parent, &["b"]);
     assert_eq!(r.code, 0, "{r:?}");
