@@ -506,6 +506,8 @@ fn a_folded_early_completion_dispatches_only_the_epilogue() {
     assert_eq!(s["reason"], "nothing to do");
 }
 
+const LONG_AGO: u64 = 400 * 86_400;
+
 // RFC-0002:C-PLAYBOOK-RESUME + C-PLAYBOOK-BUDGET: elapsed time before the interruption, the
 // downtime included, counts against the wall-clock ceiling: a run that started long ago
 // resumes straight into its ceiling and dispatches nothing.
@@ -514,7 +516,8 @@ fn downtime_counts_against_the_wall_clock_ceiling() {
     let p = Pack::playbook(&three_and_epilogue());
     let ledger = Ledger::new();
     assert_eq!(run_with(&p, &ledger, &["--max-time", "1h"]).code, 0);
-    let two_hours_ago = rfc3339(std::time::SystemTime::now() - Duration::from_secs(7200));
+    // Further back than the machine's uptime, as after a reboot: no monotonic clock reaches it.
+    let long_ago = rfc3339(std::time::SystemTime::now() - Duration::from_secs(LONG_AGO));
     cut_log(&p, |l| {
         l["kind"] != "shutdown" && l["task"] != "c" && l["task"] != "z"
     });
@@ -524,7 +527,7 @@ fn downtime_counts_against_the_wall_clock_ceiling() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    lines[0]["ts"] = Value::from(two_hours_ago);
+    lines[0]["ts"] = Value::from(long_ago);
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(&path, text).unwrap();
     std::fs::remove_file(&ledger.path).unwrap();
@@ -534,13 +537,13 @@ fn downtime_counts_against_the_wall_clock_ceiling() {
     assert_eq!(p.row("c")["blocked"]["reason"], "wall_clock_ceiling");
     let s = p.shutdown();
     assert_eq!(s["ceiling"], "wall_clock");
-    assert!(s["elapsed_secs"].as_f64().unwrap() >= 7200.0);
+    assert!(s["elapsed_secs"].as_f64().unwrap() >= LONG_AGO as f64);
     let resumed: Vec<Value> = p
         .log()
         .into_iter()
         .filter(|l| l["kind"] == "resumed")
         .collect();
-    assert!(resumed[0]["elapsed_secs"].as_f64().unwrap() >= 7200.0);
+    assert!(resumed[0]["elapsed_secs"].as_f64().unwrap() >= LONG_AGO as f64);
 }
 
 // RFC-0002:C-PLAYBOOK-RESUME + C-PLAYBOOK-BUDGET: spend recorded before the interruption counts

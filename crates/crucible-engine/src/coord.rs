@@ -165,6 +165,8 @@ struct Coord<'o> {
     main_end: Option<(Outcome, Option<Ceiling>, Option<String>, Verdict)>,
     log_failed: Option<String>,
     started: Instant,
+    /// Elapsed time before this process took the run over (a resumption), downtime included.
+    prior_elapsed: Duration,
     /// Spend of rows a rerun reused: reported apart, never against the ceilings.
     reused_spent: f64,
 }
@@ -183,7 +185,8 @@ pub async fn execute(
     observer: &mut dyn Observer,
     mut stop: mpsc::UnboundedReceiver<()>,
 ) -> Result<RunSummary, RunError> {
-    let mut started = Instant::now();
+    let started = Instant::now();
+    let mut prior_elapsed = Duration::ZERO;
     let ws = git::workspace_path(&req.manifest).map_err(refused("workspace"))?;
     let run_id = state::new_run_id();
     // Tasks run elsewhere (the workspace, a worktree): every path they are given is absolute.
@@ -217,8 +220,9 @@ pub async fn execute(
             mut file,
             elapsed,
         } = *r;
-        // Elapsed time, downtime included, counts against the wall-clock ceiling.
-        started = started.checked_sub(elapsed).unwrap_or(started);
+        // Elapsed time, downtime included, counts against the wall-clock ceiling. Kept apart
+        // from `started`: a monotonic clock cannot reach back past a reboot.
+        prior_elapsed = elapsed;
         let own: f64 = log
             .rows
             .iter()
@@ -308,7 +312,7 @@ pub async fn execute(
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
         (run_id, run_dir, file, Vec::new())
     };
-    let run_deadline = started + Duration::from_secs(adm.max_secs);
+    let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
     observer.run_started(&run_id, &run_dir);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -373,6 +377,7 @@ pub async fn execute(
         main_end: None,
         log_failed: None,
         started,
+        prior_elapsed,
         reused_spent: 0.0,
     };
     c.fold(folded);
@@ -422,7 +427,7 @@ pub async fn execute(
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),
             _ = tokio::time::sleep_until(run_deadline), if !c.wall && !c.stopped => c.on_wall(),
             _ = ticker.tick(), if tick_every.is_some() => {
-                let elapsed = c.started.elapsed();
+                let elapsed = c.started.elapsed() + c.prior_elapsed;
                 let spent = c.spent;
                 c.observer.tick(spent, elapsed);
             }
@@ -940,7 +945,7 @@ impl Coord<'_> {
         }
         // Disposable worktrees whose removal had not finished yet.
         let _ = std::fs::remove_dir_all(self.ctx.run_dir.join("worktrees"));
-        let elapsed = self.started.elapsed().as_secs_f64();
+        let elapsed = (self.started.elapsed() + self.prior_elapsed).as_secs_f64();
         let spent = self.spent;
         let mut file = self.writer.finish().map_err(state_err("session log"))?;
         let shutdown = Event::Shutdown(Shutdown {

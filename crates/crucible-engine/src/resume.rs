@@ -81,8 +81,9 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
 }
 
 fn not_a_run(path: &Path) -> RunError {
+    // The start line is written before any dispatch: without it the run never began.
     RunError::refused(format!(
-        "{}: the session log does not begin with a start line",
+        "{}: the session log does not begin with a start line; nothing was dispatched, so launch the run again without --resume",
         path.display()
     ))
 }
