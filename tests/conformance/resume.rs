@@ -671,3 +671,63 @@ fn rfc3339(t: std::time::SystemTime) -> String {
         rem % 60
     )
 }
+
+// RFC-0002:C-SETTLED-JOIN (resume): a folded non-passing result satisfies a settled join as a
+// live one does: the consumer dispatches with the failure's entry, the producer is not re-run.
+#[test]
+fn a_folded_failure_satisfies_a_settled_join() {
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        ledgered(
+            "broken",
+            "echo '{\"note\": \"bad input\"}'; exit 3",
+            "required = false"
+        ),
+        ledgered(
+            "consumer",
+            "cat \"$CRUCIBLE_INPUTS_FILE\" > \"$LEDGER.inputs\"; echo '{}'",
+            "depends_on = [\"broken\"]\njoin = \"settled\""
+        ),
+    ));
+    let ledger = Ledger::new();
+    assert_eq!(run_with(&p, &ledger, &[]).code, 0);
+    cut_log(&p, |l| l["kind"] != "shutdown" && l["task"] != "consumer");
+    std::fs::remove_file(&ledger.path).unwrap();
+    let r = run_with(&p, &ledger, &["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(ledger.entries(), ["consumer"]);
+    let inputs: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}.inputs", ledger.path.display())).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        inputs["broken"],
+        serde_json::json!({"status": "fail", "note": "exit 3: bad input", "output": {"note": "bad input"}, "files": false})
+    );
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME + C-SETTLED-JOIN: a folded required failure stops dispatch as it did
+// live: what the crash left undecided settles blocked naming it, and only the epilogue runs.
+#[test]
+fn a_folded_required_failure_blocks_what_was_left() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        ledgered("first", "exit 1", ""),
+        ledgered("second", "echo '{}'", ""),
+        ledgered("z", "echo '{}'", "stage = \"epilogue\""),
+    ));
+    let ledger = Ledger::new();
+    assert_eq!(run_with(&p, &ledger, &[]).code, 3);
+    assert_eq!(p.row("second")["blocked"]["reason"], "required_task_failed");
+    cut_log(&p, |l| {
+        l["kind"] != "shutdown" && l["task"] != "second" && l["task"] != "z"
+    });
+    std::fs::remove_file(&ledger.path).unwrap();
+    let r = run_with(&p, &ledger, &["--resume"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(ledger.entries(), ["z"]);
+    let second = p.row("second");
+    assert_eq!(second["blocked"]["reason"], "required_task_failed");
+    assert_eq!(second["blocked"]["task"], "first");
+    assert_eq!(p.shutdown()["outcome"], "error");
+}
