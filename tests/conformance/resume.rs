@@ -731,3 +731,26 @@ fn a_folded_required_failure_blocks_what_was_left() {
     assert_eq!(second["blocked"]["task"], "first");
     assert_eq!(p.shutdown()["outcome"], "error");
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME: only an interrupted run is resumed; one still running in another
+// process is refused and left alone.
+#[test]
+fn a_run_still_going_is_not_resumed() {
+    let p = Pack::playbook(&ledgered("slow", "sleep 30; echo '{}'", ""));
+    let ledger = Ledger::new();
+    let mut child = spawn(&p, &ledger, "still-going", &[]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while ledger.entries().is_empty() {
+        assert!(Instant::now() < until, "the task never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = run_with(&p, &ledger, &["--resume"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("is still running"), "{}", r.stderr);
+    assert_eq!(ledger.entries(), ["slow"]);
+    // An operator stop ends the first run cleanly.
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    assert_eq!(p.shutdown()["outcome"], "stopped");
+}

@@ -212,8 +212,9 @@ pub async fn execute(
             parent = Some(rerun::load(&req.plan, &adm, &state_dir, p, select)?);
         }
     }
-    let (run_id, run_dir, file, folded) = if let Some(r) = resumed.take() {
+    let (_run_lock, run_id, run_dir, file, folded) = if let Some(r) = resumed.take() {
         let resume::Reopened {
+            lock,
             run_id,
             run_dir,
             log,
@@ -236,10 +237,11 @@ pub async fn execute(
             elapsed_secs: elapsed.as_secs_f64(),
         });
         log::append_now(&mut file, &line).map_err(state_err("session log"))?;
-        (run_id, run_dir, file, log.rows)
+        (lock, run_id, run_dir, file, log.rows)
     } else {
         let run_dir =
             state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
+        let lock = resume::hold(&run_dir)?;
         let memory = run_dir.join("memory");
         let base = {
             let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
@@ -310,7 +312,7 @@ pub async fn execute(
                 .collect(),
         });
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
-        (run_id, run_dir, file, Vec::new())
+        (lock, run_id, run_dir, file, Vec::new())
     };
     let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
     observer.run_started(&run_id, &run_dir);
