@@ -1,7 +1,7 @@
 //! RFC-0002:C-PLAYBOOK-RERUN: `plan rerun --parent RUN --select T…` reruns the rerun set and
 //! reuses everything else from the finished parent, or refuses naming what stops it.
 
-use crate::resume::{current, cut_log, ledgered, Ledger};
+use crate::resume::{current, cut_log, ledgered, with_upstream_repo, Ledger};
 use crate::support::{Pack, Ran};
 use serde_json::Value;
 
@@ -267,32 +267,7 @@ fn an_unavailable_start_commit_is_refused() {
         ledgered("a", "echo '{}'", ""),
         ledgered("b", "echo '{}'", "depends_on = [\"a\"]")
     ));
-    let upstream = p.path().join("upstream");
-    std::fs::create_dir_all(&upstream).unwrap();
-    std::fs::write(upstream.join("README"), "upstream\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "README"],
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "one",
-        ],
-    ] {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&upstream)
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-    let manifest = p.path().join("crucible.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(&manifest, format!("[repo]\npath = \"upstream\"\n{text}")).unwrap();
+    with_upstream_repo(&p);
     let ledger = Ledger::new();
     let r = run(&p, &ledger);
     assert_eq!(r.code, 0, "{r:?}");

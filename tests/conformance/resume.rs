@@ -93,6 +93,37 @@ pub fn cut_log(p: &Pack, keep: impl Fn(&Value) -> bool) {
     std::fs::write(&path, kept).unwrap();
 }
 
+/// Makes the pack's workspace a checkout of a git repository (`upstream/`, one commit holding
+/// `README`) by adding a `[repo]` table to its manifest.
+pub fn with_upstream_repo(p: &Pack) {
+    let upstream = p.path().join("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    std::fs::write(upstream.join("README"), "upstream\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "README"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&upstream)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let manifest = p.path().join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, format!("[repo]\npath = \"upstream\"\n{text}")).unwrap();
+}
+
 /// A seeded xorshift: the test's random choices, reproducible from the seed alone.
 struct Rng(u64);
 
@@ -753,4 +784,33 @@ fn a_run_still_going_is_not_resumed() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().unwrap().code(), Some(3));
     assert_eq!(p.shutdown()["outcome"], "stopped");
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME: the workspace is rebuilt as the pristine checkout of the run's
+// repository, not as any task left it: a passing task's undeclared change does not survive.
+#[test]
+fn the_workspace_is_rebuilt_from_the_pristine_checkout() {
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        ledgered("edit", "echo edited > README; echo new > new.txt; echo '{}'", ""),
+        ledgered(
+            "look",
+            "cat README > \"$LEDGER.readme\"; test -e new.txt && echo has-new >> \"$LEDGER.readme\"; echo '{}'",
+            "depends_on = [\"edit\"]"
+        ),
+    ));
+    with_upstream_repo(&p);
+    let ledger = Ledger::new();
+    assert_eq!(run_with(&p, &ledger, &[]).code, 0);
+    let readme = format!("{}.readme", ledger.path.display());
+    assert_eq!(
+        std::fs::read_to_string(&readme).unwrap(),
+        "edited\nhas-new\n"
+    );
+    cut_log(&p, |l| l["kind"] != "shutdown" && l["task"] != "look");
+    std::fs::remove_file(&ledger.path).unwrap();
+    let r = run_with(&p, &ledger, &["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(ledger.entries(), ["look"]);
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), "upstream\n");
 }
