@@ -12,6 +12,8 @@ mod fanout;
 mod inspect;
 mod io;
 mod lane;
+mod rerun;
+mod resume;
 mod revise;
 mod routes;
 mod runs;

@@ -31,8 +31,9 @@ fn runs_lists_each_run_with_its_outcome() {
     assert!(lines[2].starts_with(current.trim()));
 }
 
+// RFC-0002:C-PLAYBOOK-RERUN: a parent that is not a run in the state directory is refused.
 #[test]
-fn rerun_is_not_available_yet() {
+fn rerun_of_an_unknown_parent_is_refused() {
     let p = Pack::playbook(&command("a", "echo '{}'", ""));
     let args: Vec<String> = [
         "plan",
@@ -51,5 +52,5 @@ fn rerun_is_not_available_yet() {
     .collect();
     let r = p.command(&args).run();
     assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("not available yet"));
+    assert!(r.stderr.contains("no such run"), "{}", r.stderr);
 }

@@ -3,7 +3,7 @@
 use crate::args::{RerunArgs, RunArgs, RunsArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_dsl::settings;
-use crucible_engine::{Observer, RunErrorKind, RunRequest, RunSummary};
+use crucible_engine::{Launch, Observer, RunErrorKind, RunRequest, RunSummary};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
 use std::io::{IsTerminal, Write};
@@ -15,9 +15,27 @@ use std::time::{Duration, Instant};
 const EXIT_INVALID: u8 = 3;
 
 pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
-    if args.resume {
-        bail!("--resume is not available yet in this engine");
+    let launch = if args.resume {
+        Launch::Resume
+    } else {
+        Launch::Fresh
+    };
+    launch_run(args, launch)
+}
+
+/// `plan rerun`: a new run reusing the parent's results outside the rerun set.
+pub fn plan_rerun(args: &RerunArgs) -> Result<ExitCode> {
+    if args.run.resume {
+        bail!("--resume continues the most recent run; `plan rerun` starts a new one");
     }
+    let launch = Launch::Rerun {
+        parent: args.parent.clone(),
+        select: args.select.clone(),
+    };
+    launch_run(&args.run, launch)
+}
+
+fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     // Absolute paths: tasks run in the workspace, and every path handed to them must hold there.
     let manifest_path = std::path::absolute(&args.manifest)
         .with_context(|| format!("{}", args.manifest.display()))?;
@@ -85,6 +103,7 @@ pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
         harness,
         model: args.model.clone(),
         max_files_bytes,
+        launch,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -148,10 +167,6 @@ async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
     }
 }
 
-pub fn plan_rerun(_: &RerunArgs) -> Result<ExitCode> {
-    bail!("`crucible plan rerun` is not available yet")
-}
-
 pub fn runs(args: &RunsArgs) -> Result<ExitCode> {
     let runs = crucible_engine::state::list_runs(&args.state_dir)
         .with_context(|| format!("cannot read {}", args.state_dir.display()))?;
@@ -190,6 +205,9 @@ fn row_line(name: &str, row: Option<&TaskResult>) -> String {
     if let Some(refused) = &r.refused {
         line.push_str(&format!(" refused: {refused}"));
     }
+    if let Some(from) = &r.reused_from {
+        line.push_str(&format!(" (reused from run {from})"));
+    }
     line
 }
 
@@ -215,6 +233,13 @@ fn print_summary(s: &RunSummary) {
         s.elapsed_secs,
         crucible_plan::duration::format(s.max_secs)
     );
+    if s.reused_usd > 0.0 {
+        let _ = writeln!(
+            out,
+            "reused ${:.2} of the parent's spend (not counted against the ceilings)",
+            s.reused_usd
+        );
+    }
     let _ = writeln!(out, "run: {}", s.run_id);
     let _ = writeln!(out, "verdict: {}", s.verdict);
 }

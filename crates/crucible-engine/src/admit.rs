@@ -336,6 +336,7 @@ mod tests {
             max_secs: Some(60),
             caps: Vec::new(),
             jobs: 1,
+            launch: crate::Launch::Fresh,
             agent_cmd: None,
             harness: None,
             model: None,

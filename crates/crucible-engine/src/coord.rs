@@ -18,12 +18,14 @@ use crate::files::{StagedSet, StagingPlan};
 use crate::graph::Entry;
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
+use crate::rerun::{self, Parent};
+use crate::resume::{self, Resumption};
 use crate::taskfiles::{self, RunFiles, StagingRefused};
 use crate::taskio::{self, Graded};
-use crate::{git, state, Observer, RunError, RunRequest, RunSummary};
+use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::{
-    AdmittedTask, Blocked, Event, PlanAdmitted, Shutdown, Start, TaskResult, GATE_TASK,
+    AdmittedTask, Blocked, Event, PlanAdmitted, Resumed, Shutdown, Start, TaskResult, GATE_TASK,
 };
 use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
@@ -175,6 +177,10 @@ struct Coord<'o> {
     started: Instant,
     /// Fan-out nodes, route folds and revise loops in progress (RFC-0002:C-REVISE-LOOP).
     br: branch::Branches,
+    /// Elapsed time before this process took the run over (a resumption), downtime included.
+    prior_elapsed: Duration,
+    /// Spend of rows a rerun reused: reported apart, never against the ceilings.
+    reused_spent: f64,
 }
 
 fn refused<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_ {
@@ -192,7 +198,7 @@ pub async fn execute(
     mut stop: mpsc::UnboundedReceiver<()>,
 ) -> Result<RunSummary, RunError> {
     let started = Instant::now();
-    let run_deadline = started + Duration::from_secs(adm.max_secs);
+    let mut prior_elapsed = Duration::ZERO;
     let ws = git::workspace_path(&req.manifest).map_err(refused("workspace"))?;
     let run_id = state::new_run_id();
     // Tasks run elsewhere (the workspace, a worktree): every path they are given is absolute.
@@ -206,74 +212,130 @@ pub async fn execute(
             ws.display()
         )));
     }
-    let run_dir = state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
-    let memory = run_dir.join("memory");
-    // A crashed run may have left sealed staged inputs behind; setup clears the workspace.
+    // A crashed run may have left sealed (read-only) staged inputs behind; every launch
+    // rebuilds the workspace, so clear them first.
     if ws.is_dir() {
         let _ = crate::files::unstage(&ws);
     }
-    let base = {
-        let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
-        tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
-            .await
-            .expect("workspace setup does not panic")
-    };
-    let base = match base {
-        Ok(b) => b,
-        Err(e) => {
-            // Nothing was dispatched: the refused run leaves no trace in the state directory.
-            let _ = std::fs::remove_dir_all(&run_dir);
-            return Err(RunError::refused(format!("workspace setup: {e}")));
+    // RFC-0002:C-PLAYBOOK-RESUME / C-PLAYBOOK-RERUN: what the launch continues or reuses.
+    let (mut resumed, mut parent) = (None, None);
+    match &req.launch {
+        Launch::Fresh => {}
+        Launch::Resume => match resume::reopen(&req, adm.max_cost, &ws, &state_dir)? {
+            Resumption::Finished(summary) => return Ok(*summary),
+            Resumption::Live(r) => resumed = Some(r),
+        },
+        Launch::Rerun { parent: p, select } => {
+            parent = Some(rerun::load(&req.plan, &adm, &state_dir, p, select)?);
         }
-    };
-    if let Err(e) = taskfiles::check_workspace(&req.plan.tasks, &ws) {
-        let _ = std::fs::remove_dir_all(&run_dir);
-        return Err(RunError::refused(e));
     }
-    let plan_digest = canonical::plan_digest(&req.plan);
-    let started_at = log::now_ts();
-    let run_json = state::RunJson {
-        run: run_id.clone(),
-        pack: req.pack_digest.clone(),
-        plan: plan_digest.clone(),
-        variant: req.manifest.variant.clone(),
-        params: req.plan.params.clone(),
-        max_cost: adm.max_cost,
-        max_secs: adm.max_secs as f64,
-        base_commit: base.to_string(),
-        parent: None,
-        series: None,
-        started_at,
-    };
-    state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
-    state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
-    std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
-    let mut file = log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
-    let start = Event::Start(Start {
-        run: run_id.clone(),
-        gate: GATE_TASK.to_string(),
-        pack: req.pack_digest.clone(),
-        plan: plan_digest,
-        variant: req.manifest.variant.clone(),
-        params: req.plan.params.clone(),
-        max_cost: adm.max_cost,
-        max_secs: adm.max_secs as f64,
-        parent: None,
-        series: None,
-    });
-    log::append_now(&mut file, &start).map_err(state_err("session log"))?;
-    let digests = canonical::task_digests(&req.plan);
-    let admitted = Event::PlanAdmitted(PlanAdmitted {
-        plan_version: req.plan.version,
-        history_record: req.plan.history_record.clone().unwrap_or_default(),
-        tasks: req
-            .plan
-            .tasks
+    let (_run_lock, run_id, run_dir, file, folded) = if let Some(r) = resumed.take() {
+        let resume::Reopened {
+            lock,
+            run_id,
+            run_dir,
+            log,
+            mut file,
+            elapsed,
+        } = *r;
+        // Elapsed time, downtime included, counts against the wall-clock ceiling. Kept apart
+        // from `started`: a monotonic clock cannot reach back past a reboot.
+        prior_elapsed = elapsed;
+        let own: f64 = log
+            .rows
             .iter()
-            .map(|t| AdmittedTask::from_task(t, digests.get(&t.name).map_or("", |d| d)))
-            .collect(),
-    });
-    log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
+            .filter(|r| r.reused_from.is_none())
+            .map(|r| r.cost_usd)
+            .sum();
+        let line = Event::Resumed(Resumed {
+            run: run_id.clone(),
+            folded: log.rows.len() as u32,
+            spent: own,
+            elapsed_secs: elapsed.as_secs_f64(),
+        });
+        log::append_now(&mut file, &line).map_err(state_err("session log"))?;
+        (lock, run_id, run_dir, file, log.rows)
+    } else {
+        let run_dir =
+            state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
+        let lock = resume::hold(&run_dir)?;
+        let memory = run_dir.join("memory");
+        let base = {
+            let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
+            tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
+                .await
+                .expect("workspace setup does not panic")
+        };
+        let base = match base {
+            Ok(b) => b,
+            Err(e) => {
+                // Nothing was dispatched: the refused run leaves no trace in the state directory.
+                let _ = std::fs::remove_dir_all(&run_dir);
+                return Err(RunError::refused(format!("workspace setup: {e}")));
+            }
+        };
+        let base = match &parent {
+            Some(p) => match replay_parent(&req, p, &ws).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                    return Err(e);
+                }
+            },
+            None => base,
+        };
+        if let Err(e) = taskfiles::check_workspace(&req.plan.tasks, &ws) {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(RunError::refused(e));
+        }
+        let plan_digest = canonical::plan_digest(&req.plan);
+        let started_at = log::now_ts();
+        let run_json = state::RunJson {
+            run: run_id.clone(),
+            pack: req.pack_digest.clone(),
+            plan: plan_digest.clone(),
+            variant: req.manifest.variant.clone(),
+            params: req.plan.params.clone(),
+            max_cost: adm.max_cost,
+            max_secs: adm.max_secs as f64,
+            base_commit: base.to_string(),
+            parent: parent.as_ref().map(|p| p.id.clone()),
+            series: None,
+            started_at,
+        };
+        state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
+        state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
+        std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
+        let mut file =
+            log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
+        let start = Event::Start(Start {
+            run: run_id.clone(),
+            gate: GATE_TASK.to_string(),
+            pack: req.pack_digest.clone(),
+            plan: plan_digest,
+            variant: req.manifest.variant.clone(),
+            params: req.plan.params.clone(),
+            max_cost: adm.max_cost,
+            max_secs: adm.max_secs as f64,
+            parent: parent.as_ref().map(|p| p.id.clone()),
+            series: None,
+        });
+        log::append_now(&mut file, &start).map_err(state_err("session log"))?;
+        let digests = canonical::task_digests(&req.plan);
+        let admitted = Event::PlanAdmitted(PlanAdmitted {
+            plan_version: req.plan.version,
+            history_record: req.plan.history_record.clone().unwrap_or_default(),
+            tasks: req
+                .plan
+                .tasks
+                .iter()
+                .map(|t| AdmittedTask::from_task(t, digests.get(&t.name).map_or("", |d| d)))
+                .collect(),
+        });
+        log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
+        (lock, run_id, run_dir, file, Vec::new())
+    };
+    let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
     observer.run_started(&run_id, &run_dir);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -285,7 +347,7 @@ pub async fn execute(
         });
     });
     let agent = &req.manifest.manifest.agent;
-    taskfiles::exclude_inputs(&memory).map_err(state_err("git memory"))?;
+    taskfiles::exclude_inputs(&run_dir.join("memory")).map_err(state_err("git memory"))?;
     let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
     let ctx = Arc::new(Ctx {
         ws,
@@ -346,7 +408,17 @@ pub async fn execute(
         log_failed: None,
         started,
         br,
+        prior_elapsed,
+        reused_spent: 0.0,
     };
+    c.fold_log(folded);
+    if let Some(p) = parent {
+        // Reused rows settle first, as live rows do, so dependents are fed through `durable`.
+        for row in p.reused {
+            let i = c.index_of(&row.task);
+            c.settle(i, row);
+        }
+    }
     c.admission_rows();
     c.seed(Stage::Iteration);
     // A stop that arrived during workspace setup ends the run before its first dispatch.
@@ -387,7 +459,7 @@ pub async fn execute(
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),
             _ = tokio::time::sleep_until(run_deadline), if !c.wall && !c.stopped => c.on_wall(),
             _ = ticker.tick(), if tick_every.is_some() => {
-                let elapsed = c.started.elapsed();
+                let elapsed = c.started.elapsed() + c.prior_elapsed;
                 let spent = c.spent;
                 c.observer.tick(spent, elapsed);
             }
@@ -401,6 +473,68 @@ impl Coord<'_> {
         &self.tasks[i]
     }
 
+    fn index_of(&self, name: &str) -> usize {
+        self.tasks
+            .iter()
+            .position(|t| t.name == name)
+            .expect("rows name plan tasks (checked when the log is read)")
+    }
+
+    /// Adds a settled row's spend: a reused row's apart, never against the ceilings
+    /// (RFC-0002:C-PLAYBOOK-RERUN); any other row's against the cost ceiling.
+    fn account(&mut self, row: &TaskResult) {
+        if row.reused_from.is_some() {
+            self.reused_spent += row.cost_usd;
+            return;
+        }
+        self.add_spend(row.cost_usd);
+    }
+
+    /// RFC-0002:C-PLAYBOOK-RESUME: takes an interrupted run's logged rows as terminal, through
+    /// the transitions `settle` and `durable` make live, minus the log write: every row first,
+    /// then what each implies (spend, early completion, a required failure halting dispatch),
+    /// then its dependents' counts. Applying effects only once all rows are in keeps a halt from
+    /// blocking a task whose own row is later in the log.
+    fn fold_log(&mut self, rows: Vec<TaskResult>) {
+        let mut order = Vec::with_capacity(rows.len());
+        for row in rows {
+            let i = self.index_of(&row.task);
+            self.account(&row);
+            let by_cost = row.blocked.as_ref().map(|b| b.reason);
+            if by_cost == Some(BlockedReason::BudgetCeiling) {
+                // The ceiling refused a dispatch before the interruption: it stays refused.
+                self.exhaust_cost();
+            }
+            if self.state[i].row().is_none() {
+                order.push(i);
+            }
+            self.state[i] = TaskState::Settled(Box::new(row));
+        }
+        for &i in &order {
+            let t = self.task(i).clone();
+            let row = self.state[i].row().expect("folded").clone();
+            let main = t.stage == Stage::Iteration;
+            let mut report = Report::empty();
+            report.graded = Graded {
+                status: row.status,
+                note: row.note.clone(),
+                output: row.output.clone(),
+            };
+            declared_completion(&t, main, &mut report);
+            if let (Some(reason), None) = (report.completion, &self.completion) {
+                self.completion = Some(reason);
+            }
+            if main && t.required && halting(&row) && self.halted_by.is_none() {
+                self.halt(i);
+            }
+        }
+        for i in order {
+            for j in self.adm.dependents[i].clone() {
+                self.waiting[j] -= 1;
+            }
+        }
+    }
+
     /// Truncation and capability skips, settled before any dispatch (RFC-0002:C-PLAYBOOK-CAPS).
     fn admission_rows(&mut self) {
         if let Some(&first) = self.adm.truncating.first() {
@@ -408,6 +542,9 @@ impl Coord<'_> {
             let culprit = self.task(first).name.clone();
             for i in 0..self.tasks.len() {
                 let t = self.task(i);
+                if self.state[i].row().is_some() {
+                    continue; // folded from the log of an interrupted run
+                }
                 if self.adm.truncating.contains(&i) {
                     let note = format!(
                         "needs `{}`, which this run does not provide: the plan is truncated",
@@ -428,6 +565,9 @@ impl Coord<'_> {
             return;
         }
         for (i, why) in self.adm.cap_skipped.clone() {
+            if self.state[i].row().is_some() {
+                continue;
+            }
             let r = row(self.task(i), Status::Skipped, Some(why));
             self.settle(i, r);
         }
@@ -594,7 +734,7 @@ impl Coord<'_> {
     /// Records a settled row: in memory now, on the log through the writer, effects on
     /// dependents once durable.
     fn settle(&mut self, i: usize, row: TaskResult) {
-        self.add_spend(row.cost_usd);
+        self.account(&row);
         self.settle_row(i, row);
     }
 
@@ -871,7 +1011,7 @@ impl Coord<'_> {
         }
         // Disposable worktrees whose removal had not finished yet.
         let _ = std::fs::remove_dir_all(self.ctx.run_dir.join("worktrees"));
-        let elapsed = self.started.elapsed().as_secs_f64();
+        let elapsed = (self.started.elapsed() + self.prior_elapsed).as_secs_f64();
         let spent = self.spent;
         let mut file = self.writer.finish().map_err(state_err("session log"))?;
         let shutdown = Event::Shutdown(Shutdown {
@@ -891,6 +1031,7 @@ impl Coord<'_> {
             reason,
             verdict,
             spent_usd: spent,
+            reused_usd: self.reused_spent,
             max_cost: self.adm.max_cost,
             elapsed_secs: elapsed,
             max_secs: self.adm.max_secs,
@@ -908,6 +1049,40 @@ impl Coord<'_> {
                 .collect(),
         })
     }
+}
+
+/// RFC-0002:C-PLAYBOOK-RERUN: replays the reused tasks' commits onto the parent's start; any
+/// failure refuses the rerun. Returns the rerun's base (its start commit).
+async fn replay_parent(
+    req: &RunRequest,
+    p: &Parent,
+    ws: &std::path::Path,
+) -> Result<git2::Oid, RunError> {
+    let start = req
+        .manifest
+        .manifest
+        .repo
+        .is_some()
+        .then(|| p.base_commit.clone());
+    let names: Vec<String> = p.reused.iter().map(|r| r.task.clone()).collect();
+    let (ws, memory) = (ws.to_path_buf(), p.memory.clone());
+    let replayed =
+        tokio::task::spawn_blocking(move || git::replay(&ws, &memory, start.as_deref(), &names))
+            .await
+            .expect("replay does not panic");
+    replayed.map_err(|e| {
+        RunError::refused(match e {
+            git::ReplayError::StartUnavailable(c) => format!(
+                "cannot rerun from run {}: its start commit {c} is unavailable",
+                p.id
+            ),
+            git::ReplayError::Conflict(m) => format!(
+                "cannot rerun from run {}: replaying its commits failed: {m}",
+                p.id
+            ),
+            git::ReplayError::Git(g) => format!("cannot rerun from run {}: {g}", p.id),
+        })
+    })
 }
 
 /// Whether a required main-graph row stops dispatch: any settlement other than passing, except

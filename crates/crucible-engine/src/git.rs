@@ -385,6 +385,164 @@ fn checkout_to(repo: &Repository, dir: &Path) -> Result<(), GitError> {
     .map_err(gerr("cannot write the isolated worktree"))
 }
 
+/// The ref a rerun leaves on the commit its replay ended on: the start a resumption of that
+/// rerun rebuilds from (for a fresh run the base is the start).
+const START_REF: &str = "refs/crucible/start";
+/// Where a rerun fetches its parent's refs while replaying them.
+const PARENT_REFS: &str = "refs/crucible/parent/";
+
+/// RFC-0002:C-PLAYBOOK-RESUME: rebuilds an interrupted run's workspace as the pristine
+/// checkout, from the git memory the run kept (its start commit), never as any task left it.
+/// The memory keeps every commit the run made before the interruption (a later rerun replays
+/// them); the workspace and HEAD go back to the start. Returns the start commit.
+pub fn reopen(ws: &Path, memory: &Path) -> Result<Oid, GitError> {
+    if ws.exists() {
+        std::fs::remove_dir_all(ws).map_err(ioerr(format!("cannot clear {}", ws.display())))?;
+    }
+    std::fs::create_dir_all(ws).map_err(ioerr(format!("cannot create {}", ws.display())))?;
+    // A git write the interruption cut short leaves its lock behind; the interrupted engine
+    // was the memory's only writer, so every lock in it is stale.
+    let locks = files_below(memory)?;
+    for lock in locks
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "lock"))
+    {
+        std::fs::remove_file(lock).map_err(ioerr(format!("cannot remove {}", lock.display())))?;
+    }
+    let repo = Repository::open_bare(memory).map_err(gerr("cannot open the run's git memory"))?;
+    attach(&repo, ws)?;
+    let start = [START_REF, "refs/crucible/base"]
+        .iter()
+        .find_map(|r| repo.refname_to_id(r).ok())
+        .ok_or_else(|| plain("the run's git memory has no base commit".into()))?;
+    check_out(&repo, start)?;
+    Ok(start)
+}
+
+/// Points HEAD at `commit` and makes the index and the work tree match it.
+fn check_out(repo: &Repository, commit: Oid) -> Result<(), GitError> {
+    repo.set_head_detached(commit)
+        .map_err(gerr("cannot move HEAD"))?;
+    let obj = repo
+        .find_object(commit, None)
+        .map_err(gerr("cannot read the start commit"))?;
+    repo.reset(
+        &obj,
+        git2::ResetType::Hard,
+        Some(CheckoutBuilder::new().force()),
+    )
+    .map_err(gerr("cannot check out the start commit"))
+}
+
+/// Why a rerun's replay could not be done; every kind refuses the rerun.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// The parent's start commit is not in its git memory.
+    StartUnavailable(String),
+    /// A reused task's commit set did not apply onto what came before it.
+    Conflict(String),
+    Git(GitError),
+}
+
+impl From<GitError> for ReplayError {
+    fn from(e: GitError) -> ReplayError {
+        ReplayError::Git(e)
+    }
+}
+
+/// RFC-0002:C-PLAYBOOK-RERUN: fetches the parent's git memory into the rerun's, moves the
+/// workspace to the parent's start commit (`start`, or the rerun's own base when `None`: a
+/// workspace with no repository starts from its own injected files), and replays onto it, in
+/// the given order (the parent's settle order), the commit set each reused task contributed.
+/// The replayed commits become the rerun's own task commits; the commit replay ended on is
+/// recorded as the run's start. Returns the base the replay started from.
+pub fn replay(
+    ws: &Path,
+    parent_memory: &Path,
+    start: Option<&str>,
+    reused: &[String],
+) -> Result<Oid, ReplayError> {
+    let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
+    let url = parent_memory.canonicalize().map_err(ioerr(format!(
+        "parent git memory {}",
+        parent_memory.display()
+    )))?;
+    repo.remote_anonymous(&url.to_string_lossy())
+        .and_then(|mut r| r.fetch(&[format!("+refs/crucible/*:{PARENT_REFS}*")], None, None))
+        .map_err(gerr("cannot read the parent's git memory"))?;
+    let base = match start {
+        Some(s) => {
+            let oid = Oid::from_str(s)
+                .ok()
+                .filter(|o| repo.find_commit(*o).is_ok())
+                .ok_or_else(|| ReplayError::StartUnavailable(s.to_string()))?;
+            check_out(&repo, oid)?;
+            repo.reference("refs/crucible/base", oid, true, "the parent's start")
+                .map_err(gerr("cannot record the base commit"))?;
+            oid
+        }
+        None => repo
+            .refname_to_id("refs/crucible/base")
+            .map_err(gerr("no base commit"))?,
+    };
+    let mut head = base;
+    let sig = signature()?;
+    for task in reused {
+        let theirs = task_ref(task).replacen("refs/crucible/", PARENT_REFS, 1);
+        let Ok(oid) = repo.refname_to_id(&theirs) else {
+            // The task passed without changing the workspace: it has no commit set.
+            continue;
+        };
+        let commit = repo
+            .find_commit(oid)
+            .map_err(gerr("cannot read a task commit"))?;
+        let onto = repo.find_commit(head).map_err(gerr("cannot read HEAD"))?;
+        let mut index = repo
+            .cherrypick_commit(&commit, &onto, 0, None)
+            .map_err(|e| ReplayError::Conflict(format!("task {task}: {}", e.message())))?;
+        if index.has_conflicts() {
+            let paths: Vec<String> = index
+                .conflicts()
+                .map(|c| {
+                    c.flatten()
+                        .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            return Err(ReplayError::Conflict(format!(
+                "task {task}'s commit conflicts at {}",
+                paths.join(", ")
+            )));
+        }
+        let tree_id = index
+            .write_tree_to(&repo)
+            .map_err(gerr("cannot write tree"))?;
+        let tree = repo.find_tree(tree_id).map_err(gerr("cannot read tree"))?;
+        head = repo
+            .commit(None, &sig, &sig, &format!("task {task}"), &tree, &[&onto])
+            .map_err(gerr("cannot commit a replayed task"))?;
+        repo.reference(&task_ref(task), head, true, "replayed task commit")
+            .map_err(gerr("cannot record a replayed task's commit"))?;
+    }
+    check_out(&repo, head)?;
+    repo.reference(START_REF, head, true, "the rerun's start")
+        .map_err(gerr("cannot record the start"))?;
+    // The parent's refs were only the source of the replay; its memory keeps them.
+    let fetched: Vec<String> = repo
+        .references_glob(&format!("{PARENT_REFS}*"))
+        .map_err(gerr("cannot list fetched refs"))?
+        .flatten()
+        .filter_map(|r| r.name().map(str::to_string))
+        .collect();
+    for name in fetched {
+        if let Ok(mut r) = repo.find_reference(&name) {
+            let _ = r.delete();
+        }
+    }
+    Ok(base)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,8 @@ mod git;
 pub mod graph;
 mod log;
 mod proc;
+mod rerun;
+mod resume;
 pub mod state;
 mod taskfiles;
 mod taskio;
@@ -45,6 +47,19 @@ pub struct RunRequest {
     pub model: Option<String>,
     /// The run-total bound on captured declared files, in bytes (RFC-0002:C-TASK-FILES).
     pub max_files_bytes: u64,
+    /// A new run, a resumption of the most recent one, or a rerun of a finished one.
+    pub launch: Launch,
+}
+
+/// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Launch {
+    #[default]
+    Fresh,
+    /// Continue the run `state/current` names from its session log.
+    Resume,
+    /// A new run reusing `parent`'s results outside the rerun set that `select` starts.
+    Rerun { parent: String, select: Vec<String> },
 }
 
 /// What a caller sees while a run goes (the CLI's live view or plain lines).
@@ -69,6 +84,8 @@ pub struct RunSummary {
     pub reason: Option<String>,
     pub verdict: Verdict,
     pub spent_usd: f64,
+    /// Spend of rows a rerun reused: reported apart, never against the ceilings.
+    pub reused_usd: f64,
     pub max_cost: f64,
     pub elapsed_secs: f64,
     pub max_secs: u64,

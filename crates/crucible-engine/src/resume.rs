@@ -1,0 +1,358 @@
+//! Resumption (RFC-0002:C-PLAYBOOK-RESUME): reading an interrupted run back from its session
+//! log. Nothing here executes anything: [`reopen`] checks the run's identity, rebuilds the
+//! workspace and hands the coordinator the folded rows, which it takes through the same state
+//! machine as live settlements (`Coord::fold`), so there is no second execution path.
+
+use crate::{git, state, RunError, RunRequest, RunSummary};
+use crucible_plan::wire::{
+    decode_line, decode_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
+};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// A run's session log, decoded.
+pub struct Log {
+    pub start: Start,
+    /// When the run first started (the `start` line's timestamp).
+    pub started_at: SystemTime,
+    pub admitted: Option<PlanAdmitted>,
+    /// Every settled row, in the order it was settled.
+    pub rows: Vec<TaskResult>,
+    pub shutdown: Option<Shutdown>,
+    /// A torn last line to cut before anything is appended: the byte length to keep.
+    torn: Option<u64>,
+    /// The last line is whole but lacks its newline: one must be added before appending.
+    unterminated: bool,
+}
+
+/// Reads a session log. A torn last line is tolerated; any other malformed line is refused
+/// with its line number.
+pub fn read_log(path: &Path) -> Result<Log, RunError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        RunError::refused(format!(
+            "cannot read the session log {}: {e}",
+            path.display()
+        ))
+    })?;
+    let lines =
+        decode_log(&text).map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
+    let (mut torn, mut unterminated) = (None, false);
+    if !text.is_empty() && !text.ends_with('\n') {
+        let cut = text.rfind('\n').map_or(0, |i| i + 1);
+        if decode_line(&text[cut..]).is_ok() {
+            unterminated = true;
+        } else {
+            torn = Some(cut as u64);
+        }
+    }
+    let mut it = lines.into_iter();
+    let (start, ts) = match it.next() {
+        Some(l) => match l.event {
+            Event::Start(s) => (s, l.ts),
+            _ => return Err(not_a_run(path)),
+        },
+        None => return Err(not_a_run(path)),
+    };
+    let started_at = humantime::parse_rfc3339(&ts).map_err(|e| {
+        RunError::refused(format!(
+            "{}: the start line's time {ts:?} does not parse: {e}",
+            path.display()
+        ))
+    })?;
+    let mut log = Log {
+        start,
+        started_at,
+        admitted: None,
+        rows: Vec::new(),
+        shutdown: None,
+        torn,
+        unterminated,
+    };
+    for l in it {
+        match l.event {
+            Event::PlanAdmitted(a) => log.admitted = Some(a),
+            Event::TaskResult(r) => log.rows.push(r),
+            Event::Shutdown(s) => log.shutdown = Some(s),
+            _ => {}
+        }
+    }
+    Ok(log)
+}
+
+fn not_a_run(path: &Path) -> RunError {
+    // The start line is written before any dispatch: without it the run never began.
+    RunError::refused(format!(
+        "{}: the session log does not begin with a start line; nothing was dispatched, so launch the run again without --resume",
+        path.display()
+    ))
+}
+
+impl Log {
+    /// Opens the log for appending, cutting a torn last line first so that appended lines never
+    /// follow a fragment.
+    pub fn open_for_append(&self, path: &Path) -> std::io::Result<File> {
+        if let Some(len) = self.torn {
+            let f = std::fs::OpenOptions::new().write(true).open(path)?;
+            f.set_len(len)?;
+            f.sync_all()?;
+        }
+        let mut f = crate::log::open(path)?;
+        if self.unterminated {
+            std::io::Write::write_all(&mut f, b"\n")?;
+        }
+        Ok(f)
+    }
+
+    /// The run's rows by task, in plan order, for a summary (`None` for an unsettled task).
+    pub fn summary_rows(&self, plan: &crucible_plan::Plan) -> Vec<(String, Option<TaskResult>)> {
+        plan.tasks
+            .iter()
+            .map(|t| {
+                let row = self.rows.iter().rev().find(|r| r.task == t.name).cloned();
+                (t.name.clone(), row)
+            })
+            .collect()
+    }
+}
+
+/// Holds a run for this process: an exclusive lock on `runs/<id>/lock`, released by the kernel
+/// however the process ends, so a resume can tell a crashed run from one still going.
+pub fn hold(run_dir: &Path) -> Result<File, RunError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(run_dir.join("lock"))
+        .map_err(|e| RunError::state(format!("run lock: {e}")))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(RunError::refused(format!(
+            "run {} is still running in another process: only an interrupted run can be resumed",
+            run_dir.file_name().unwrap_or_default().to_string_lossy()
+        ))),
+        Err(e) => Err(RunError::state(format!("run lock: {e}"))),
+    }
+}
+
+/// An interrupted run, ready for the coordinator.
+pub struct Reopened {
+    /// The run's lock, held until the coordinator is done with it.
+    pub lock: File,
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub log: Log,
+    pub file: File,
+    /// Wall-clock time since the run first started, downtime included.
+    pub elapsed: Duration,
+}
+
+/// What `plan run --resume` finds.
+pub enum Resumption {
+    /// The run already shut down: its verdict, and nothing changed.
+    Finished(Box<RunSummary>),
+    Live(Box<Reopened>),
+}
+
+/// Picks the most recent run (`state/current`), checks that the launch matches it, and, unless
+/// it already shut down, rebuilds its workspace and opens its log for appending.
+pub fn reopen(
+    req: &RunRequest,
+    max_cost: f64,
+    ws: &Path,
+    state_dir: &Path,
+) -> Result<Resumption, RunError> {
+    let current = std::fs::read_to_string(state_dir.join("current")).map_err(|e| {
+        RunError::refused(format!(
+            "nothing to resume: no run recorded in {} ({e})",
+            state_dir.join("current").display()
+        ))
+    })?;
+    let run_id = current.trim().to_string();
+    let run_dir = state::runs_dir(state_dir).join(&run_id);
+    let path = run_dir.join("session.jsonl");
+    let log = read_log(&path)?;
+    check_identity(req, &log.start, max_cost)?;
+    let lock = hold(&run_dir)?;
+    if let Some(sd) = &log.shutdown {
+        let reused: f64 = log
+            .rows
+            .iter()
+            .filter(|r| r.reused_from.is_some())
+            .map(|r| r.cost_usd)
+            .sum();
+        return Ok(Resumption::Finished(Box::new(RunSummary {
+            run_id,
+            run_dir,
+            outcome: sd.outcome,
+            ceiling: sd.ceiling,
+            reason: sd.reason.clone(),
+            verdict: sd.verdict,
+            spent_usd: sd.spent_usd,
+            reused_usd: reused,
+            max_cost: log.start.max_cost,
+            elapsed_secs: sd.elapsed_secs,
+            max_secs: log.start.max_secs as u64,
+            rows: log.summary_rows(&req.plan),
+        })));
+    }
+    let names: std::collections::HashSet<&str> =
+        req.plan.tasks.iter().map(|t| t.name.as_str()).collect();
+    if let Some(r) = log.rows.iter().find(|r| !names.contains(r.task.as_str())) {
+        return Err(RunError::refused(format!(
+            "cannot resume run {run_id}: its log settles `{}`, which the plan does not contain",
+            r.task
+        )));
+    }
+    // Worktrees of isolated attempts the interruption left behind: never reused.
+    let _ = std::fs::remove_dir_all(run_dir.join("worktrees"));
+    git::reopen(ws, &run_dir.join("memory"))
+        .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
+    // Declared files of folded passing tasks are restored here once the coordinator captures
+    // them (RFC-0002:C-TASK-FILES); this engine refuses emits_files at admission, so no folded
+    // row carries a captured set yet.
+    let file = log
+        .open_for_append(&path)
+        .map_err(|e| RunError::state(format!("session log: {e}")))?;
+    let elapsed = SystemTime::now()
+        .duration_since(log.started_at)
+        .unwrap_or_default();
+    Ok(Resumption::Live(Box::new(Reopened {
+        lock,
+        run_id,
+        run_dir,
+        log,
+        file,
+        elapsed,
+    })))
+}
+
+/// RFC-0002:C-PLAYBOOK-RESUME: the same pack, params, variant and cost ceiling, each named when
+/// it differs. The plan digest follows from those; it is checked last as a safeguard.
+fn check_identity(req: &RunRequest, start: &Start, max_cost: f64) -> Result<(), RunError> {
+    let mut diffs = Vec::new();
+    if start.pack != req.pack_digest {
+        diffs.push(format!(
+            "the pack ({} then, {} now)",
+            start.pack, req.pack_digest
+        ));
+    }
+    if start.params != req.plan.params {
+        let keys: std::collections::BTreeSet<&String> =
+            start.params.keys().chain(req.plan.params.keys()).collect();
+        let changed: Vec<&str> = keys
+            .into_iter()
+            .filter(|k| start.params.get(*k) != req.plan.params.get(*k))
+            .map(String::as_str)
+            .collect();
+        diffs.push(format!("params ({})", changed.join(", ")));
+    }
+    if start.variant != req.manifest.variant {
+        diffs.push(format!(
+            "the manifest variant ({:?} then, {:?} now)",
+            start.variant, req.manifest.variant
+        ));
+    }
+    if start.max_cost != max_cost {
+        diffs.push(format!(
+            "--max-cost ({} then, {} now)",
+            start.max_cost, max_cost
+        ));
+    }
+    if diffs.is_empty() && start.plan != crucible_plan::canonical::plan_digest(&req.plan) {
+        diffs.push("the compiled plan".into());
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    Err(RunError::refused(format!(
+        "cannot resume run {}: it differs from this launch in {}",
+        start.run,
+        diffs.join("; ")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_plan::wire::encode;
+    use crucible_plan::Status;
+
+    fn start() -> String {
+        encode(
+            &Event::Start(Start {
+                run: "r".into(),
+                gate: "task".into(),
+                pack: "tree1:x".into(),
+                plan: "sha256:x".into(),
+                variant: String::new(),
+                params: Default::default(),
+                max_cost: 1.0,
+                max_secs: 60.0,
+                parent: None,
+                series: None,
+            }),
+            "2026-11-30T00:00:00.000Z",
+        )
+    }
+
+    fn row(task: &str) -> String {
+        encode(
+            &Event::TaskResult(TaskResult {
+                task: task.into(),
+                status: Status::Pass,
+                note: None,
+                output: None,
+                attempts: 1,
+                cost_usd: 0.0,
+                secs: 0.0,
+                score: None,
+                files: false,
+                blocked: None,
+                reused_from: None,
+                refused: None,
+                transport: None,
+            }),
+            "2026-11-30T00:00:01.000Z",
+        )
+    }
+
+    fn append_and_reread(text: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let log = read_log(&path).unwrap();
+        let mut f = log.open_for_append(&path).unwrap();
+        std::io::Write::write_all(&mut f, format!("{}\n", row("after")).as_bytes()).unwrap();
+        read_log(&path)
+            .unwrap()
+            .rows
+            .into_iter()
+            .map(|r| r.task)
+            .collect()
+    }
+
+    // RFC-0002:C-PLAYBOOK-RESUME: a torn last line is cut before anything is appended, so the
+    // log stays readable after the resumption writes to it.
+    #[test]
+    fn a_torn_last_line_is_cut_before_appending() {
+        let torn = format!("{}\n{}\n{}", start(), row("a"), &row("b")[..20]);
+        assert_eq!(append_and_reread(&torn), ["a", "after"]);
+    }
+
+    // A whole last line that only lost its newline is kept, and terminated before appending.
+    #[test]
+    fn a_whole_unterminated_last_line_is_kept() {
+        let text = format!("{}\n{}", start(), row("a"));
+        assert_eq!(append_and_reread(&text), ["a", "after"]);
+    }
+
+    #[test]
+    fn a_log_without_a_start_line_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, format!("{}\n", row("a"))).unwrap();
+        let e = read_log(&path).err().expect("refused");
+        assert!(e.message.contains("does not begin with a start line"));
+    }
+}
