@@ -207,3 +207,28 @@ print("{}")
         ["each[y]/extra.txt: e", "each[y]/out.txt: y"]
     );
 }
+
+// RFC-0002:C-TASK-FILES: isolated instances running in parallel lanes each capture from their
+// own worktree into their own directory, and the captured sets are staged for a dependent even
+// though isolation discarded the worktrees.
+#[test]
+fn isolated_instances_capture_in_parallel_into_their_own_directories() {
+    let p = mapped_pack(
+        r#"src = command(name = "src", run = "cat $PACK/src.json", emits = {"items": "list"})
+each = command(name = "each", run = "python3 $PACK/each.py", depends_on = [src], over = src.items, max_fanout = 8, emits_files = ["out.txt"], isolated = True)
+use = command(name = "use", run = "python3 $PACK/look.py", depends_on = [each])
+workflow([src, each, use])
+"#,
+        json!(["p/1", "p/2", "p%3"]),
+    );
+    let r = p.run(&["--jobs", "3"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        listed(&p, "use"),
+        [
+            "each[p%253]/out.txt: p%3",
+            "each[p%2F1]/out.txt: p/1",
+            "each[p%2F2]/out.txt: p/2",
+        ]
+    );
+}

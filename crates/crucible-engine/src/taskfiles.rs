@@ -400,6 +400,55 @@ mod tests {
         assert!(!tmp.path().join("files/make").exists());
     }
 
+    // RFC-0002:C-SETTLED-JOIN: a mapped producer stages per instance under its escaped name,
+    // a failed instance only into a settled join; C-TASK-FILES: passing ones transitively.
+    #[test]
+    fn staging_takes_a_mapped_producer_per_instance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut each = producer(&["x.txt"]);
+        each.name = "each".into();
+        let mut use_ = Task::new("use", crucible_plan::TaskKind::Command);
+        use_.join = crucible_plan::Join::Passed;
+        let mut judge = Task::new("judge", crucible_plan::TaskKind::Command);
+        judge.join = crucible_plan::Join::Settled;
+        let late = Task::new("late", crucible_plan::TaskKind::Command);
+        let tasks = vec![each, use_, judge, late];
+        let deps = vec![vec![], vec![0], vec![0], vec![1]];
+        let files = RunFiles::new(tmp.path(), &tasks, 1 << 20);
+        let fold = crate::graph::fanout::fold(vec![
+            ("a/b".into(), Entry::new(Status::Pass, None, None, true)),
+            ("bad".into(), Entry::new(Status::Fail, None, None, true)),
+            ("none".into(), Entry::new(Status::Pass, None, None, false)),
+        ]);
+        let entry = |j: usize| {
+            (j == 0)
+                .then(|| fold.clone())
+                .or_else(|| (j == 1).then(|| Entry::new(Status::Pass, None, None, false)))
+        };
+        let dirs = |i| -> Vec<String> {
+            let plan = files.staging(&tasks, &deps, &entry, i, None);
+            plan.sets.into_iter().map(|s| s.dir_name).collect()
+        };
+        assert_eq!(dirs(1), ["each[a%2Fb]"]);
+        assert_eq!(
+            dirs(3),
+            ["each[a%2Fb]"],
+            "a passing instance reaches a descendant"
+        );
+        assert_eq!(dirs(2), ["each[a%2Fb]", "each[bad]"]);
+        let plan = files.staging(&tasks, &deps, &entry, 2, None);
+        assert_eq!(
+            plan.sets[0].source,
+            tmp.path().join("files").join("each[a%2Fb]")
+        );
+        let mut inputs = serde_json::json!({"each": fold.to_value()});
+        mark_staged(&mut inputs, &tasks[2], &["each"], &plan);
+        assert_eq!(inputs["each"]["files"], true);
+        assert_eq!(inputs["each"]["per_instance"]["a/b"]["files"], true);
+        assert_eq!(inputs["each"]["per_instance"]["bad"]["files"], true);
+        assert_eq!(inputs["each"]["per_instance"]["none"]["files"], false);
+    }
+
     // RFC-0002:C-TASK-FILES: the exclude rule is written once, after whatever the file held.
     #[test]
     fn exclude_inputs_appends_once() {

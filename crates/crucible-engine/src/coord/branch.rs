@@ -539,7 +539,10 @@ impl Coord<'_> {
                         view.get(name).cloned().or_else(|| self.entry_of(d))
                     });
                     let staging = self.round_staging(l, j, &name);
-                    let deps: Vec<&str> = view.keys().map(String::as_str).collect();
+                    let deps: Vec<&str> = self.adm.deps[j]
+                        .iter()
+                        .map(|&d| self.task(d).name.as_str())
+                        .collect();
                     taskfiles::mark_staged(&mut inputs, &task, &deps, &staging);
                     let run = self.br.loops[l].run.as_ref().expect("a started loop");
                     // RFC-0002:C-REVISE-LOOP: the flag says whether the reviewer's failing
