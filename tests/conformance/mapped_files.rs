@@ -232,3 +232,27 @@ workflow([src, each, use])
         ]
     );
 }
+
+// RFC-0002:C-SETTLED-JOIN: a mapped task joining "settled" is itself a consumer: each instance
+// is staged with a failed dependency's set and its entry's `files` flag says so.
+#[test]
+fn a_settled_mapped_consumer_gets_a_failed_set_in_every_instance() {
+    let p = mapped_pack(
+        r#"src = command(name = "src", run = "cat $PACK/src.json", emits = {"items": "list"})
+broken = command(name = "broken", run = "printf b > b.txt; exit 1", emits_files = ["b.txt"], required = False)
+each = command(name = "each", run = "python3 $PACK/look.py", depends_on = [src, broken], over = src.items, max_fanout = 4, join = "settled", required = False)
+workflow([src, broken, each])
+"#,
+        json!(["k1", "k2"]),
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    for key in ["k1", "k2"] {
+        let name = format!("each[{key}]");
+        assert_eq!(listed(&p, &name), ["broken/b.txt: b"]);
+        let inputs = saved(&p, &name);
+        assert_eq!(inputs["broken"]["status"], "fail");
+        assert_eq!(inputs["broken"]["files"], true, "{inputs}");
+        assert_eq!(inputs["item"], key);
+    }
+}
