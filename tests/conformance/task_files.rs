@@ -607,31 +607,3 @@ fn a_workspace_already_holding_inputs_is_refused() {
     assert!(r.stderr.contains("already holds `inputs`"), "{}", r.stderr);
     assert!(!p.path().join("ran").exists());
 }
-
-// RFC-0002:C-TASK-FILES: a mapped instance's set needs its own escaped directory; until that
-// capture path runs, declared files on a mapped task are refused before any dispatch rather
-// than captured under a raw key.
-#[test]
-fn declared_files_on_a_mapped_task_are_refused_before_dispatch() {
-    let p = Pack::playbook(&format!(
-        "{}{}",
-        command(
-            "src",
-            "echo '{\"items\": [\"a/b\"]}'",
-            "emits = { items = \"list\" }"
-        ),
-        command(
-            "each",
-            "printf x > x.txt; echo '{}'",
-            "depends_on = [\"src\"]\nover = \"src.items\"\nmax_fanout = 4\nemits_files = [\"x.txt\"]"
-        ),
-    ));
-    let r = p.run(&[]);
-    assert_eq!(r.code, 1, "{r:?}");
-    assert!(
-        r.stderr.contains("declared files on a mapped task"),
-        "{}",
-        r.stderr
-    );
-    assert!(!p.state().join("current").exists(), "nothing was started");
-}

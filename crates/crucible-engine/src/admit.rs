@@ -94,11 +94,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             }
             other => unsupported(&format!("kind `{other}`"))?,
         }
-        if t.over.is_some() && !t.emits_files.is_empty() {
-            // Each instance's set needs its own escaped directory (RFC-0002:C-TASK-FILES); until
-            // that capture path exists, refusing is the safe answer.
-            unsupported("declared files on a mapped task")?;
-        }
         if t.history > 0 {
             unsupported("history")?;
         }

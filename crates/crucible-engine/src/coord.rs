@@ -651,10 +651,9 @@ impl Coord<'_> {
     /// The declared-file sets task `i` receives, from the settled rows as they stand now
     /// (RFC-0002:C-TASK-FILES, C-SETTLED-JOIN).
     fn staging(&self, i: usize) -> StagingPlan {
-        let rows: Vec<Option<&TaskResult>> = self.state.iter().map(TaskState::row).collect();
         self.ctx
             .files
-            .staging(&self.tasks, &self.adm.deps, &rows, i)
+            .staging(&self.tasks, &self.adm.deps, &|j| self.entry_of(j), i, None)
     }
 
     /// Runs `task` (task `i` itself, or one instance or round of it when `sub` says which) on
@@ -676,13 +675,19 @@ impl Coord<'_> {
         self.observer.task_started(&task.name);
         let ctx = self.ctx.clone();
         let abort = self.abort.subscribe();
-        let main = task.stage == Stage::Iteration;
+        // An instance's set lives under its node's name with its key escaped, never under its
+        // raw name, which may hold a separator (RFC-0002:C-TASK-FILES).
+        let set_name = match &sub {
+            Some(branch::Sub::Instance(key)) => {
+                crate::files::dir_name(&self.task(i).name, Some(key))
+            }
+            _ => crate::files::dir_name(&task.name, None),
+        };
         tokio::spawn(async move {
             let tx = ctx.tx.clone();
-            let run =
-                tokio::spawn(
-                    async move { attempt(&ctx, i, &task, inputs, sets, main, abort).await },
-                );
+            let run = tokio::spawn(async move {
+                attempt(&ctx, i, &task, &set_name, inputs, sets, abort).await
+            });
             // A panic in the attempt runner must still settle the task, or the run would wait
             // for it forever.
             let report = run.await.unwrap_or_else(|e| Report {
@@ -1176,11 +1181,12 @@ async fn attempt(
     ctx: &Ctx,
     i: usize,
     task: &Task,
+    set_name: &str,
     inputs: Value,
     sets: Vec<StagedSet>,
-    main: bool,
     abort: watch::Receiver<Abort>,
 ) -> Report {
+    let main = task.stage == Stage::Iteration;
     let began = Instant::now();
     let mut report = Report::empty();
     let stem = file_stem(i, &task.name);
@@ -1342,9 +1348,10 @@ async fn attempt(
         if !report.stopped {
             // Before the root's changes are committed or discarded (RFC-0002:C-SETTLED-JOIN).
             let (files, root, t) = (ctx.files.clone(), cwd.clone(), task.clone());
+            let set_name = set_name.to_string();
             let mut graded = std::mem::replace(&mut report.graded, Graded::fail("", None));
             let (published, graded) = tokio::task::spawn_blocking(move || {
-                let published = files.capture(&root, &t, &prepared, &mut graded);
+                let published = files.capture(&root, &t, &set_name, &prepared, &mut graded);
                 if prepared.staged() {
                     // Unstaged before the commit, which must not see them either.
                     let _ = crate::files::unstage(&root);

@@ -7,8 +7,8 @@ use crate::files::{
     self, plan_staging, CaptureRequest, Captured, Consumer, FilesBudget, FilesErrorKind, Mode,
     Producer, SettledGraph, Snapshot, StagedSet, StagingPlan,
 };
+use crate::graph::Entry;
 use crate::taskio::Graded;
-use crucible_plan::wire::TaskResult;
 use crucible_plan::{Stage, Status, Task};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -68,17 +68,21 @@ impl RunFiles {
         }
     }
 
-    fn set_dir(&self, task: &str) -> PathBuf {
-        self.dir.join(files::dir_name(task, None))
+    fn set_dir(&self, task: &str, key: Option<&str>) -> PathBuf {
+        self.dir.join(files::dir_name(task, key))
     }
 
-    /// The sets task `i` receives, read from the settled rows as they stand now.
+    /// The sets task `i` receives, read from each settled task's entry as `entry` gives it (its
+    /// row's, a mapped node's fold with one producer per instance, or a revise round's). A
+    /// `reviewer` is a revise target's reviewer from its second round on, whose failing round's
+    /// set `entry` must then give (RFC-0002:C-REVISE-LOOP).
     pub fn staging(
         &self,
         tasks: &[Task],
         deps: &[Vec<usize>],
-        rows: &[Option<&TaskResult>],
+        entry: &dyn Fn(usize) -> Option<Entry>,
         i: usize,
+        reviewer: Option<&str>,
     ) -> StagingPlan {
         if !self.any {
             return StagingPlan::default();
@@ -86,11 +90,9 @@ impl RunFiles {
         let t = &tasks[i];
         let epilogue = t.stage == Stage::Epilogue;
         let main_graph: Vec<String> = if epilogue {
-            tasks
-                .iter()
-                .zip(rows)
-                .filter(|(m, r)| m.stage == Stage::Iteration && r.is_some())
-                .map(|(m, _)| m.name.clone())
+            (0..tasks.len())
+                .filter(|&m| tasks[m].stage == Stage::Iteration && entry(m).is_some())
+                .map(|m| tasks[m].name.clone())
                 .collect()
         } else {
             Vec::new()
@@ -99,14 +101,14 @@ impl RunFiles {
             files: self,
             tasks,
             deps,
-            rows,
+            entry,
         };
         let consumer = Consumer {
             name: &t.name,
             join: t.join,
             epilogue,
             main_graph: &main_graph,
-            reviewer: None,
+            reviewer,
         };
         plan_staging(&consumer, &view)
     }
@@ -136,24 +138,25 @@ impl RunFiles {
         Ok(Prepared { snapshot, staged })
     }
 
-    /// Capture after a graded attempt, before its workspace changes are committed or discarded.
-    /// A passing attempt whose set is refused becomes a measured failure keeping its output; a
+    /// Capture after a graded attempt, before its workspace changes are committed or discarded,
+    /// under `files/<name>` (`name` from [`files::dir_name`]: an instance's key escaped). A
+    /// passing attempt whose set is refused becomes a measured failure keeping its output; a
     /// failing attempt's problems only join its note. Returns whether a set was published.
     pub fn capture(
         &self,
         root: &Path,
         task: &Task,
+        name: &str,
         prepared: &Prepared,
         graded: &mut Graded,
     ) -> bool {
-        let name = files::dir_name(&task.name, None);
         let mode = match graded.status {
             _ if task.emits_files.is_empty() => return false,
             Status::Pass => Mode::Passing,
             Status::Fail => Mode::Failing(&prepared.snapshot),
             // Skipped or transport-failed: nothing is captured and no earlier set survives.
             _ => {
-                if let Err(e) = files::remove_set(&self.dir, &name, &self.budget) {
+                if let Err(e) = files::remove_set(&self.dir, name, &self.budget) {
                     append_note(graded, &format!("cannot remove its earlier file set: {e}"));
                 }
                 return false;
@@ -163,7 +166,7 @@ impl RunFiles {
             workspace: root,
             decls: &task.emits_files,
             files_dir: &self.dir,
-            dir_name: &name,
+            dir_name: name,
         };
         let captured = match &self.hook {
             Some(hook) => files::capture_observed(&req, mode, &self.budget, &mut |path| {
@@ -221,19 +224,33 @@ fn run_hook(hook: &str, root: &Path, path: &str) {
 }
 
 /// Set the `files` flag of each settled-join entry and each epilogue `outcome.tasks` entry to
-/// whether that producer's set was staged for this consumer (RFC-0002:C-SETTLED-JOIN).
+/// whether that producer's set was staged for this consumer, and for a mapped producer each
+/// `per_instance` entry's to whether that instance's was (RFC-0002:C-SETTLED-JOIN).
 pub fn mark_staged(inputs: &mut Value, task: &Task, deps: &[&str], plan: &StagingPlan) {
     if task.join == crucible_plan::Join::Settled {
         for d in deps {
-            if let Some(Value::Object(entry)) = inputs.get_mut(*d) {
-                entry.insert("files".into(), Value::Bool(plan.task_staged(d)));
+            if let Some(entry) = inputs.get_mut(*d) {
+                mark_entry(entry, d, plan);
             }
         }
     }
     if let Some(Value::Object(tasks)) = inputs.pointer_mut("/outcome/tasks") {
         for (name, entry) in tasks.iter_mut() {
-            if let Value::Object(entry) = entry {
-                entry.insert("files".into(), Value::Bool(plan.task_staged(name)));
+            mark_entry(entry, name, plan);
+        }
+    }
+}
+
+fn mark_entry(entry: &mut Value, task: &str, plan: &StagingPlan) {
+    let Value::Object(entry) = entry else {
+        return;
+    };
+    entry.insert("files".into(), Value::Bool(plan.task_staged(task)));
+    if let Some(Value::Object(instances)) = entry.get_mut("per_instance") {
+        for (key, inst) in instances.iter_mut() {
+            if let Value::Object(inst) = inst {
+                let staged = plan.staged(task, Some(key));
+                inst.insert("files".into(), Value::Bool(staged));
             }
         }
     }
@@ -277,12 +294,12 @@ pub fn exclude_inputs(git_dir: &Path) -> std::io::Result<()> {
     writeln!(f, "{sep}{}", files::COMMIT_EXCLUDE)
 }
 
-/// The coordinator's settled rows seen as the graph staging reads.
+/// The coordinator's settled entries seen as the graph staging reads.
 struct View<'a> {
     files: &'a RunFiles,
     tasks: &'a [Task],
     deps: &'a [Vec<usize>],
-    rows: &'a [Option<&'a TaskResult>],
+    entry: &'a dyn Fn(usize) -> Option<Entry>,
 }
 
 impl SettledGraph for View<'_> {
@@ -296,13 +313,25 @@ impl SettledGraph for View<'_> {
     }
 
     fn producers(&self, task: &str) -> Vec<Producer> {
-        let Some(row) = self.files.index.get(task).and_then(|&i| self.rows[i]) else {
+        let Some(e) = self.files.index.get(task).and_then(|&i| (self.entry)(i)) else {
             return Vec::new();
         };
+        // A mapped node's producers are its instances, each with its own status and set
+        // (RFC-0002:C-SETTLED-JOIN); the node's own flag only says whether any was published.
+        if let Some(instances) = &e.per_instance {
+            return instances
+                .iter()
+                .map(|(key, inst)| Producer {
+                    key: Some(key.clone()),
+                    status: inst.status,
+                    set: inst.files.then(|| self.files.set_dir(task, Some(key))),
+                })
+                .collect();
+        }
         vec![Producer {
             key: None,
-            status: row.status,
-            set: row.files.then(|| self.files.set_dir(task)),
+            status: e.status,
+            set: e.files.then(|| self.files.set_dir(task, None)),
         }]
     }
 }
@@ -340,13 +369,13 @@ mod tests {
             note: None,
             output: Some(serde_json::json!({"v": 1})),
         };
-        assert!(!files.capture(&ws, &t, &prepared, &mut pass));
+        assert!(!files.capture(&ws, &t, "make", &prepared, &mut pass));
         assert_eq!(pass.status, Status::Fail);
         assert_eq!(pass.output, Some(serde_json::json!({"v": 1})));
         assert!(pass.note.unwrap().contains("`x.txt` is absent"));
 
         let mut fail = Graded::fail("exit 2", None);
-        assert!(!files.capture(&ws, &t, &prepared, &mut fail));
+        assert!(!files.capture(&ws, &t, "make", &prepared, &mut fail));
         assert_eq!(fail.status, Status::Fail);
         assert!(fail
             .note
@@ -355,7 +384,7 @@ mod tests {
 
         std::fs::write(ws.join("x.txt"), "new").unwrap();
         let mut fail = Graded::fail("exit 2", None);
-        assert!(files.capture(&ws, &t, &prepared, &mut fail));
+        assert!(files.capture(&ws, &t, "make", &prepared, &mut fail));
         assert_eq!(fail.note.as_deref(), Some("exit 2"));
         assert_eq!(
             std::fs::read_to_string(tmp.path().join("files/make/x.txt")).unwrap(),
@@ -367,8 +396,57 @@ mod tests {
             note: None,
             output: None,
         };
-        assert!(!files.capture(&ws, &t, &prepared, &mut skipped));
+        assert!(!files.capture(&ws, &t, "make", &prepared, &mut skipped));
         assert!(!tmp.path().join("files/make").exists());
+    }
+
+    // RFC-0002:C-SETTLED-JOIN: a mapped producer stages per instance under its escaped name,
+    // a failed instance only into a settled join; C-TASK-FILES: passing ones transitively.
+    #[test]
+    fn staging_takes_a_mapped_producer_per_instance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut each = producer(&["x.txt"]);
+        each.name = "each".into();
+        let mut use_ = Task::new("use", crucible_plan::TaskKind::Command);
+        use_.join = crucible_plan::Join::Passed;
+        let mut judge = Task::new("judge", crucible_plan::TaskKind::Command);
+        judge.join = crucible_plan::Join::Settled;
+        let late = Task::new("late", crucible_plan::TaskKind::Command);
+        let tasks = vec![each, use_, judge, late];
+        let deps = vec![vec![], vec![0], vec![0], vec![1]];
+        let files = RunFiles::new(tmp.path(), &tasks, 1 << 20);
+        let fold = crate::graph::fanout::fold(vec![
+            ("a/b".into(), Entry::new(Status::Pass, None, None, true)),
+            ("bad".into(), Entry::new(Status::Fail, None, None, true)),
+            ("none".into(), Entry::new(Status::Pass, None, None, false)),
+        ]);
+        let entry = |j: usize| {
+            (j == 0)
+                .then(|| fold.clone())
+                .or_else(|| (j == 1).then(|| Entry::new(Status::Pass, None, None, false)))
+        };
+        let dirs = |i| -> Vec<String> {
+            let plan = files.staging(&tasks, &deps, &entry, i, None);
+            plan.sets.into_iter().map(|s| s.dir_name).collect()
+        };
+        assert_eq!(dirs(1), ["each[a%2Fb]"]);
+        assert_eq!(
+            dirs(3),
+            ["each[a%2Fb]"],
+            "a passing instance reaches a descendant"
+        );
+        assert_eq!(dirs(2), ["each[a%2Fb]", "each[bad]"]);
+        let plan = files.staging(&tasks, &deps, &entry, 2, None);
+        assert_eq!(
+            plan.sets[0].source,
+            tmp.path().join("files").join("each[a%2Fb]")
+        );
+        let mut inputs = serde_json::json!({"each": fold.to_value()});
+        mark_staged(&mut inputs, &tasks[2], &["each"], &plan);
+        assert_eq!(inputs["each"]["files"], true);
+        assert_eq!(inputs["each"]["per_instance"]["a/b"]["files"], true);
+        assert_eq!(inputs["each"]["per_instance"]["bad"]["files"], true);
+        assert_eq!(inputs["each"]["per_instance"]["none"]["files"], false);
     }
 
     // RFC-0002:C-TASK-FILES: the exclude rule is written once, after whatever the file held.

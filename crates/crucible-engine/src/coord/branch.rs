@@ -6,10 +6,12 @@
 
 use super::{blocked, row, Coord, Report, TaskState};
 use crate::admit::Admitted;
+use crate::files::StagingPlan;
 use crate::graph::fanout::{self, Instance, Lane, Lanes, Spend};
 use crate::graph::revise::{self, LoopRun, Next};
 use crate::graph::when::{self, Dep, Halt, Readiness};
 use crate::graph::{route, Entry, GraphError};
+use crate::taskfiles;
 use crucible_plan::vocab::inputs::REVISION;
 use crucible_plan::wire::TaskResult;
 use crucible_plan::{BlockedReason, Plan, Stage, Status, Task, TaskKind};
@@ -360,16 +362,13 @@ impl Coord<'_> {
         }
         let mut inputs = self.br.fanouts[&i].base.clone();
         inst.apply(&mut inputs, task.join);
+        let mut inputs = Value::Object(inputs);
+        let staging = self.staging(i);
+        let deps: Vec<&str> = entries.keys().map(String::as_str).collect();
+        taskfiles::mark_staged(&mut inputs, task, &deps, &staging);
         let mut t = task.clone();
         t.name = inst.name.clone();
-        let sets = self.staging(i).sets;
-        self.spawn_attempt(
-            i,
-            t,
-            Value::Object(inputs),
-            sets,
-            Some(Sub::Instance(inst.key)),
-        );
+        self.spawn_attempt(i, t, inputs, staging.sets, Some(Sub::Instance(inst.key)));
     }
 
     /// Logs an instance's row (its spend counts now) and keeps it for the fold.
@@ -437,7 +436,16 @@ impl Coord<'_> {
         }
     }
 
-    fn round_settled(&mut self, l: usize, r: TaskResult, dispatched: bool) {
+    fn round_settled(&mut self, l: usize, mut r: TaskResult, dispatched: bool) {
+        if !r.files {
+            // RFC-0002:C-REVISE-LOOP: a round's set replaces the earlier round's, so a round
+            // that published none leaves none behind.
+            let j = self.br.index[r.task.as_str()];
+            if let Err(e) = self.ctx.files.settled_without_set(self.task(j)) {
+                let note = format!("cannot remove its earlier file set: {e}");
+                r.note = Some(r.note.map_or(note.clone(), |n| format!("{n}; {note}")));
+            }
+        }
         let rows = match self.br.loops[l].run.as_mut() {
             Some(run) => run.settle(r, dispatched),
             None => return,
@@ -530,21 +538,23 @@ impl Coord<'_> {
                         let name = &self.task(d).name;
                         view.get(name).cloned().or_else(|| self.entry_of(d))
                     });
-                    // HOOK(declared files, RFC-0002:C-REVISE-LOOP): stage the reviewer's failing
-                    // round's captured set into this target under `inputs/<reviewer>/` with
-                    // `files::stage` and say whether it was staged. Admission refuses
-                    // `emits_files` on this branch, so there is never a set to stage.
-                    let staged = false;
-                    let revision = self.br.loops[l]
-                        .run
-                        .as_ref()
-                        .and_then(|r| r.revision_for(&name, staged));
-                    if let (Some(rev), Value::Object(m)) = (revision, &mut inputs) {
+                    let staging = self.round_staging(l, j, &name);
+                    let deps: Vec<&str> = self.adm.deps[j]
+                        .iter()
+                        .map(|&d| self.task(d).name.as_str())
+                        .collect();
+                    taskfiles::mark_staged(&mut inputs, &task, &deps, &staging);
+                    let run = self.br.loops[l].run.as_ref().expect("a started loop");
+                    // RFC-0002:C-REVISE-LOOP: the flag says whether the reviewer's failing
+                    // round's set was staged for this target.
+                    let staged = staging.task_staged(&run.lp.reviewer);
+                    if let (Some(rev), Value::Object(m)) =
+                        (run.revision_for(&name, staged), &mut inputs)
+                    {
                         m.insert(REVISION.to_string(), rev);
                     }
                     self.br.loops[l].in_flight = true;
-                    let sets = self.staging(j).sets;
-                    self.spawn_attempt(j, task, inputs, sets, Some(Sub::Round));
+                    self.spawn_attempt(j, task, inputs, staging.sets, Some(Sub::Round));
                     return;
                 }
                 Readiness::Wait | Readiness::Unsettled => return,
@@ -554,6 +564,30 @@ impl Coord<'_> {
                 }
             }
         }
+    }
+
+    /// The sets body task `j` (named `name`) receives this round: this round's body results
+    /// over the settled results outside the body, and for a target from the second round on
+    /// the reviewer's failing round's set under the reviewer's name (RFC-0002:C-REVISE-LOOP).
+    fn round_staging(&self, l: usize, j: usize, name: &str) -> StagingPlan {
+        let run = self.br.loops[l].run.as_ref().expect("a started loop");
+        let revising = run.revision_for(name, false).is_some();
+        let reviewer = &run.lp.reviewer;
+        let entry = |d: usize| {
+            let n = self.task(d).name.as_str();
+            if !run.lp.contains(n) {
+                return self.entry_of(d);
+            }
+            match run.settled_this_round(n) {
+                Some(e) => Some(e.clone()),
+                None if revising && n == reviewer => run.review().cloned(),
+                None => None,
+            }
+        };
+        let reviewer = revising.then_some(reviewer.as_str());
+        self.ctx
+            .files
+            .staging(&self.tasks, &self.adm.deps, &entry, j, reviewer)
     }
 
     /// The loop ended: one row under each body task's own name (RFC-0002:C-REVISE-LOOP). Their

@@ -241,6 +241,16 @@ impl LoopRun {
         view
     }
 
+    /// A body task's settlement this round, as an entry.
+    pub fn settled_this_round(&self, task: &str) -> Option<&Entry> {
+        self.this_round.get(task)
+    }
+
+    /// The reviewer's previous round, from the second round on.
+    pub fn review(&self) -> Option<&Entry> {
+        self.review.as_ref()
+    }
+
     /// The `revision` input ([`crucible_plan::vocab::inputs::REVISION`]) for `task` this round:
     /// targets from round 2 only, never the reviewer. `files` says whether the reviewer's
     /// failing round's set was staged for it.
