@@ -675,13 +675,12 @@ fn finish(
                 .route
                 .as_ref()
                 .and_then(|r| r.questions.get(&w.question));
+            // `otherwise` on a choice read from a field also stands for every option the
+            // choice resolves to: only the decision knows them, so the engine matches them.
+            let every_option = w.otherwise && q.is_some_and(|q| q.options_from.is_some());
             let answers = match (q, &w.answers, w.otherwise) {
                 (_, Some(a), _) => a.clone(),
                 (Some(q), None, true) => {
-                    if q.options_from.is_some() {
-                        errors.push(ctx.diag(&p.loc, Some("otherwise"), rules::ROUTE, "otherwise on a choice whose options come from a field is not supported yet".into(), "route its \"uncertain\" answer with answers = \"uncertain\"".into()));
-                        continue;
-                    }
                     let taken = listed_answers
                         .get(&(w.route, w.question.clone()))
                         .cloned()
@@ -701,7 +700,7 @@ fn finish(
                         .filter(|a| !taken.contains(a) && !q.drop.contains(a))
                         .filter(|a| a == UNCERTAIN || given.as_ref().is_none_or(|g| g.contains(a)))
                         .collect();
-                    if rest.is_empty() {
+                    if rest.is_empty() && !every_option {
                         errors.push(ctx.diag(&p.loc, Some("otherwise"), rules::ROUTE, format!("otherwise on `{}.{}` is unreachable: every answer is listed or dropped", route.task.name, w.question), "remove the task's when, or free an answer for it".into()));
                     }
                     rest
@@ -718,6 +717,7 @@ fn finish(
                 route: route.task.name.clone(),
                 question: w.question.clone(),
                 answers,
+                every_option,
             });
         }
         tasks.push(t);

@@ -440,6 +440,10 @@ pub struct When {
     pub route: String,
     pub question: String,
     pub answers: Vec<String>,
+    /// `otherwise` on a choice whose options come from a field: the task also runs on every
+    /// option the choice resolves to, which only the decision can know (the DSL reference).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub every_option: bool,
 }
 
 /// An engine-owned report task.

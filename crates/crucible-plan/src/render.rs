@@ -256,6 +256,7 @@ mod tests {
             route: "gate".into(),
             question: "ok".into(),
             answers: vec!["yes".into()],
+            every_option: false,
         });
         m.threshold = None;
         let mut e = Task::new("tell", TaskKind::Command);

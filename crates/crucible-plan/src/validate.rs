@@ -814,7 +814,7 @@ impl<'a> Validator<'a> {
                 "map this task over the same list, or branch on an unmapped route",
             );
         }
-        if w.answers.is_empty() {
+        if w.answers.is_empty() && !w.every_option {
             self.terr(
                 t,
                 "answers",
@@ -1797,6 +1797,7 @@ mod tests {
             route: "g".into(),
             question: "ok".into(),
             answers: vec!["yes".into()],
+            every_option: false,
         });
         let r = rules_of(&plan(vec![cmd("a", &[]), g.clone(), b.clone()]));
         assert_eq!(r, vec![format!("{}:g", rules::ROUTE)], "`no` is unrouted");
@@ -1805,6 +1806,7 @@ mod tests {
             route: "g".into(),
             question: "ok".into(),
             answers: vec!["no".into()],
+            every_option: false,
         });
         assert!(validate(&plan(vec![cmd("a", &[]), g, b, c])).is_empty());
     }

@@ -1186,6 +1186,7 @@ mod tests {
             route: "gate".into(),
             question: "risky".into(),
             answers: vec!["yes".into()],
+            every_option: false,
         });
         let view = BTreeMap::from([("gate".to_string(), when::Dep::of(&node))]);
         assert!(when::instance_runs(&fix, "a", &view));

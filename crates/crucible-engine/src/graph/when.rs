@@ -16,7 +16,7 @@
 //!   spend, so a task that would be not taken is never recorded as blocked by spend.
 
 use super::Entry;
-use crucible_plan::{BlockedReason, Join, Status, Task, When};
+use crucible_plan::{BlockedReason, Join, Status, Task, When, UNCERTAIN};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -42,7 +42,10 @@ pub fn runs(when: &When, route: &Entry, item: Option<&str>) -> bool {
     let Some(answer) = output.get(&when.question) else {
         return false;
     };
-    let listed = |label: &str| when.answers.iter().any(|a| a == label);
+    // `every_option`: any option a field-read choice resolved to, never its `uncertain`.
+    let listed = |label: &str| {
+        when.answers.iter().any(|a| a == label) || (when.every_option && label != UNCERTAIN)
+    };
     if answer
         .get("label")
         .and_then(Value::as_str)
@@ -239,6 +242,7 @@ mod tests {
             route: "gate".into(),
             question: "risky".into(),
             answers: answers.iter().map(|s| s.to_string()).collect(),
+            every_option: false,
         }
     }
 
@@ -285,6 +289,28 @@ mod tests {
                 ..when(&["yes"])
             },
             &yes,
+            None
+        ));
+    }
+
+    // DSL `otherwise` on a choice whose options come from a field: it stands for every option
+    // the choice resolves to (only the decision knows them), and for `uncertain` only when the
+    // compiler put it in the answers.
+    #[test]
+    fn otherwise_on_a_field_choice_runs_on_every_option() {
+        let every = When {
+            every_option: true,
+            ..when(&[])
+        };
+        assert!(runs(&every, &route_entry("risky", "beta"), None));
+        assert!(!runs(&every, &route_entry("risky", "uncertain"), None));
+        let with_uncertain = When {
+            every_option: true,
+            ..when(&["uncertain"])
+        };
+        assert!(runs(
+            &with_uncertain,
+            &route_entry("risky", "uncertain"),
             None
         ));
     }
