@@ -12,6 +12,7 @@ mod fanout;
 mod inspect;
 mod io;
 mod lane;
+mod live;
 mod mapped_files;
 mod rerun;
 mod resume;

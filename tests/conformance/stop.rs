@@ -41,3 +41,49 @@ fn sigterm_stops_the_run() {
         .unwrap();
     assert!(process_gone(pid));
 }
+
+// ARCHITECTURE.md (engine model): a second signal does not wait for the orderly stop. It kills
+// every attempt's process group at once and exits 3 without a shutdown line, so the run reads
+// as interrupted and `--resume` can continue it.
+#[test]
+fn a_second_signal_exits_at_once_and_kills_every_attempt() {
+    let p = Pack::playbook(&command(
+        "long",
+        // Ignores TERM, so the orderly stop would have to wait for the KILL grace period.
+        "trap '' TERM; sleep 300 & echo $! > \"$PACK/bg.pid\"; touch \"$PACK/started\"; wait",
+        "",
+    ));
+    let mut child = p
+        .command(&p.run_args(&[]))
+        .0
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&p.path().join("started"), 20);
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    let kinds: Vec<String> = p
+        .log()
+        .iter()
+        .map(|l| l["kind"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(!kinds.iter().any(|k| k == "shutdown"), "{kinds:?}");
+    let pid: u32 = std::fs::read_to_string(p.path().join("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !process_gone(pid) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the attempt's group survived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

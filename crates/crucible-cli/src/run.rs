@@ -266,8 +266,10 @@ struct Live {
     drawn: usize,
     max_cost: Option<f64>,
     max_secs: Option<u64>,
+    /// Spend and elapsed time as the engine last reported them (a resumed run's elapsed time
+    /// includes the time before the resumption).
     spent: f64,
-    started: Instant,
+    elapsed: Duration,
 }
 
 impl Live {
@@ -278,7 +280,7 @@ impl Live {
             max_cost,
             max_secs,
             spent: 0.0,
-            started: Instant::now(),
+            elapsed: Duration::ZERO,
         }
     }
 
@@ -300,7 +302,7 @@ impl Live {
             "  spent ${:.2} of ${:.2} · {:.1}s of {}",
             self.spent,
             self.max_cost.unwrap_or(0.0),
-            self.started.elapsed().as_secs_f64(),
+            self.elapsed.as_secs_f64(),
             self.max_secs
                 .map_or("-".to_string(), crucible_plan::duration::format)
         );
@@ -338,8 +340,9 @@ impl Observer for Live {
         self.draw(&mut out);
     }
     fn task_settled(&mut self, row: &TaskResult) {
+        // Spend comes from the engine's tick: rolled-up rows (a fan-out node, a loop's final
+        // rows) repeat spend their instances and rounds already counted.
         self.running.retain(|(n, _)| n != &row.task);
-        self.spent += row.cost_usd;
         let mut out = std::io::stdout().lock();
         self.clear(&mut out);
         let _ = writeln!(out, "{}", row_line(&row.task, Some(row)));
@@ -348,8 +351,9 @@ impl Observer for Live {
     fn tick_interval(&self) -> Option<Duration> {
         Some(Duration::from_millis(250))
     }
-    fn tick(&mut self, spent: f64, _: Duration) {
+    fn tick(&mut self, spent: f64, elapsed: Duration) {
         self.spent = spent;
+        self.elapsed = elapsed;
         let mut out = std::io::stdout().lock();
         self.clear(&mut out);
         self.draw(&mut out);
