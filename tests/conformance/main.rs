@@ -23,3 +23,4 @@ mod runs;
 mod settled_join;
 mod stop;
 mod task_files;
+mod workspace;

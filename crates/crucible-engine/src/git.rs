@@ -135,6 +135,8 @@ fn resolve_ref(repo: &Repository, rf: &str) -> Result<Oid, GitError> {
         rf.to_string(),
         format!("refs/heads/{rf}"),
         format!("refs/tags/{rf}"),
+        // A clone keeps the source's other branches as remote-tracking refs.
+        format!("refs/remotes/origin/{rf}"),
     ] {
         if let Ok(obj) = repo.revparse_single(&candidate) {
             if let Ok(c) = obj.peel_to_commit() {
