@@ -14,6 +14,7 @@ mod io;
 mod lane;
 mod rerun;
 mod resume;
+mod resume_branches;
 mod revise;
 mod routes;
 mod runs;

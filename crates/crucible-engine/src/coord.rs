@@ -498,12 +498,19 @@ impl Coord<'_> {
     fn fold_log(&mut self, rows: Vec<TaskResult>) {
         let mut order = Vec::with_capacity(rows.len());
         for row in rows {
-            let i = self.index_of(&row.task);
-            self.account(&row);
             let by_cost = row.blocked.as_ref().map(|b| b.reason);
             if by_cost == Some(BlockedReason::BudgetCeiling) {
                 // The ceiling refused a dispatch before the interruption: it stays refused.
                 self.exhaust_cost();
+            }
+            let Some(i) = self.tasks.iter().position(|t| t.name == row.task) else {
+                // An instance or round row: its spend counts now, as it did live.
+                self.account(&row);
+                self.br.fold_sub(row);
+                continue;
+            };
+            if !self.br.spent_in_subs(i, &self.tasks[i]) {
+                self.account(&row);
             }
             if self.state[i].row().is_none() {
                 order.push(i);
@@ -527,6 +534,9 @@ impl Coord<'_> {
             if main && t.required && halting(&row) && self.halted_by.is_none() {
                 self.halt(i);
             }
+        }
+        for &i in &order {
+            self.refold(i);
         }
         for i in order {
             for j in self.adm.dependents[i].clone() {

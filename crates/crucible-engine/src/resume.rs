@@ -198,7 +198,13 @@ pub fn reopen(
     }
     let names: std::collections::HashSet<&str> =
         req.plan.tasks.iter().map(|t| t.name.as_str()).collect();
-    if let Some(r) = log.rows.iter().find(|r| !names.contains(r.task.as_str())) {
+    // An instance's or round's row names its task followed by a bracketed key or round.
+    let known = |n: &str| {
+        names.contains(n)
+            || (n.strip_suffix(']').and_then(|s| s.split_once('[')))
+                .is_some_and(|(t, _)| names.contains(t))
+    };
+    if let Some(r) = log.rows.iter().find(|r| !known(r.task.as_str())) {
         return Err(RunError::refused(format!(
             "cannot resume run {run_id}: its log settles `{}`, which the plan does not contain",
             r.task

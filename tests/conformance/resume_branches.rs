@@ -1,0 +1,178 @@
+//! Resume across fan-out instances and revise-loop rounds (RFC-0002:C-PLAYBOOK-RESUME, the
+//! resume parts of C-SETTLED-JOIN and C-REVISE-LOOP): each test runs a playbook to its end,
+//! cuts the log right after one row (a crash that lost everything later), resumes, and checks
+//! that nothing settled ran again and that the rest equals the uninterrupted run.
+
+use crate::fanout::{row_names, star};
+use crate::resume::{current, log_path};
+use crate::revise::looped;
+use crate::support::Pack;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+
+/// Keeps the current run's log up to and including the row of `last`: what a SIGKILL right
+/// after that row reached the disk leaves.
+fn cut_after(p: &Pack, last: &str) {
+    let path = log_path(p, &current(p));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut kept = String::new();
+    for l in text.lines() {
+        kept.push_str(l);
+        kept.push('\n');
+        let v: Value = serde_json::from_str(l).unwrap();
+        if v["kind"] == "task_result" && v["task"] == last {
+            std::fs::write(&path, kept).unwrap();
+            return;
+        }
+    }
+    panic!("no row for {last}");
+}
+
+/// The names under the pack's `out/` (what ran and saved its inputs), emptied for the next run.
+fn take_saved(p: &Pack) -> BTreeSet<String> {
+    let out = p.path().join("out");
+    let names = std::fs::read_dir(&out)
+        .map(|d| {
+            d.map(|e| {
+                let n = e.unwrap().file_name().to_string_lossy().into_owned();
+                n.trim_end_matches(".json").to_string()
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&out);
+    names
+}
+
+/// Every row's task, status and output (a resumed run's must equal the uninterrupted run's).
+fn results(p: &Pack) -> Vec<(String, Value, Value)> {
+    p.log()
+        .into_iter()
+        .filter(|l| l["kind"] == "task_result")
+        .map(|l| {
+            let t = l["task"].as_str().unwrap().to_string();
+            (t, l["status"].clone(), l["output"].clone())
+        })
+        .collect()
+}
+
+fn sorted(mut v: Vec<(String, Value, Value)>) -> Vec<(String, Value, Value)> {
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// A three-item fan-out whose `b` instance fails, folded for a settled consumer.
+fn fanout() -> Pack {
+    let p = star(
+        r#"src = command(name = "src", run = "cat $PACK/src.json", emits = {"items": "list"})
+each = command(name = "each", run = "python3 $PACK/save.py b", depends_on = [src], over = src.items, max_fanout = 4, required = False)
+after = command(name = "after", run = "python3 $PACK/save.py", depends_on = [each], join = "settled")
+workflow([src, each, after])
+"#,
+    );
+    p.file("src.json", &json!({"items": ["a", "b", "c"]}).to_string());
+    p
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-SETTLED-JOIN: an instance settled before the interruption is
+// never dispatched again; the rest run, and the node folds the folded and the new instance rows
+// into the same row and the same per_instance entry as an uninterrupted run.
+#[test]
+fn settled_instances_are_folded_not_dispatched_again() {
+    let p = fanout();
+    assert_eq!(p.run(&[]).code, 0);
+    let want_after = p.saved("after");
+    let want = sorted(results(&p));
+    assert_eq!(take_saved(&p).len(), 4); // three instances and after; src only prints
+    let first = row_names(&p)[1].clone();
+    cut_after(&p, &first);
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(p.saved("after"), want_after, "after reads the same fold");
+    let ran = take_saved(&p);
+    assert!(!ran.contains(&first), "{first} ran again: {ran:?}");
+    assert_eq!(ran.len(), 3, "the two other instances and after: {ran:?}");
+    assert_eq!(sorted(results(&p)), want);
+    p.row("each");
+    p.shutdown();
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-SETTLED-JOIN: a node folded from the log feeds its consumer the
+// same entry, `per_instance` included, rebuilt from its folded instance rows.
+#[test]
+fn a_folded_node_feeds_its_consumer_per_instance() {
+    let p = fanout();
+    assert_eq!(p.run(&[]).code, 0);
+    let want_after = p.saved("after");
+    assert!(want_after["each"]["per_instance"].is_object());
+    let want = sorted(results(&p));
+    take_saved(&p);
+    cut_after(&p, "each");
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(p.saved("after"), want_after);
+    assert_eq!(take_saved(&p), BTreeSet::from(["after".to_string()]));
+    assert_eq!(sorted(results(&p)), want);
+    p.shutdown();
+}
+
+/// The loop of `revise.rs` passing in round 3, run to its end; `(rows, draft-3 inputs)`.
+fn loop_to_round_three() -> (Pack, Vec<(String, Value, Value)>, Value) {
+    let p = looped("", 3);
+    p.file("pass_at", "3");
+    // A resumed run's workspace is the pristine checkout (RFC-0002:C-PLAYBOOK-RESUME), so this
+    // reviewer reads only its inputs, not the draft's file.
+    p.file(
+        "review.py",
+        r#"import json, os, sys
+inputs = json.load(open(os.environ["CRUCIBLE_INPUTS_FILE"]))
+need = int(open(os.path.join(os.environ["PACK"], "pass_at")).read())
+rnd = inputs["draft"]["round"]
+print(json.dumps({"seen": rnd, "revision": "revision" in inputs}))
+sys.exit(0 if rnd >= need else 1)
+"#,
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let draft3 = p.saved("draft-3");
+    take_saved(&p);
+    let rows = results(&p);
+    (p, rows, draft3)
+}
+
+// RFC-0002:C-REVISE-LOOP, C-PLAYBOOK-RESUME: a loop interrupted mid-round resumes at the next
+// undispatched body task of that round; settled rounds are replayed, never dispatched again, and
+// the next round's target gets the same `revision` input.
+#[test]
+fn a_loop_interrupted_mid_round_resumes_at_its_next_body_task() {
+    let (p, want, draft3) = loop_to_round_three();
+    cut_after(&p, "draft[round-2]");
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(p.saved("draft-3"), draft3, "the same revision input");
+    assert_eq!(
+        take_saved(&p),
+        BTreeSet::from(["draft-3".to_string(), "after".to_string()]),
+        "draft rounds 1 and 2 never ran again"
+    );
+    assert_eq!(results(&p), want);
+    assert_eq!(p.row("review")["attempts"], 3);
+    p.shutdown();
+}
+
+// RFC-0002:C-REVISE-LOOP, C-PLAYBOOK-RESUME: a loop whose final rows were partly written is
+// terminal: no body task runs again, the missing final row is written from the folded rounds.
+#[test]
+fn a_loop_with_a_final_row_written_dispatches_no_round() {
+    let (p, want, _) = loop_to_round_three();
+    cut_after(&p, "draft");
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(take_saved(&p), BTreeSet::from(["after".to_string()]));
+    assert_eq!(results(&p), want);
+    p.shutdown();
+}
