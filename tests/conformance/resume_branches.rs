@@ -1,12 +1,13 @@
-//! Resume across fan-out instances and revise-loop rounds (RFC-0002:C-PLAYBOOK-RESUME, the
-//! resume parts of C-SETTLED-JOIN and C-REVISE-LOOP): each test runs a playbook to its end,
-//! cuts the log right after one row (a crash that lost everything later), resumes, and checks
-//! that nothing settled ran again and that the rest equals the uninterrupted run.
+//! Resume across fan-out instances, revise-loop rounds and declared files
+//! (RFC-0002:C-PLAYBOOK-RESUME, the resume parts of C-SETTLED-JOIN and C-REVISE-LOOP): each test
+//! runs a playbook to its end, cuts the log right after one row (a crash that lost everything
+//! later), resumes, and checks that nothing settled ran again and that the rest equals the
+//! uninterrupted run. Then rerun (C-PLAYBOOK-RERUN) of mapped nodes and of captured files.
 
 use crate::fanout::{row_names, star};
 use crate::resume::{current, log_path};
 use crate::revise::looped;
-use crate::support::Pack;
+use crate::support::{command, save_inputs_then, Pack, Ran};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -175,4 +176,153 @@ fn a_loop_with_a_final_row_written_dispatches_no_round() {
     assert_eq!(take_saved(&p), BTreeSet::from(["after".to_string()]));
     assert_eq!(results(&p), want);
     p.shutdown();
+}
+
+/// `make` captures `d/f.txt`; `use` (a settled join) saves its inputs and what was staged.
+fn files_pack() -> Pack {
+    let save = save_inputs_then("{}");
+    Pack::playbook(&format!(
+        "{}{}",
+        command(
+            "make",
+            "mkdir -p \"$PACK/out\" d; touch \"$PACK/out/make\"; echo x > d/f.txt; echo '{}'",
+            "emits_files = [\"d/f.txt\"]"
+        ),
+        command(
+            "use",
+            &format!(
+                "mkdir -p \"$PACK/out\"; cat inputs/make/d/f.txt > \"$PACK/out/staged\" 2>/dev/null || echo none > \"$PACK/out/staged\"; {save}"
+            ),
+            "depends_on = [\"make\"]\njoin = \"settled\""
+        ),
+    ))
+}
+
+fn staged(p: &Pack) -> String {
+    std::fs::read_to_string(p.path().join("out/staged")).unwrap()
+}
+
+fn run_dir(p: &Pack) -> std::path::PathBuf {
+    p.state().join("runs").join(current(p))
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-TASK-FILES: a folded passing producer's captured set stays in
+// the run's `files/` and is staged to its consumer as live; the producer never runs again.
+#[test]
+fn a_folded_producers_set_is_staged_to_its_consumer() {
+    let p = files_pack();
+    assert_eq!(p.run(&[]).code, 0);
+    assert_eq!(staged(&p), "x\n");
+    cut_after(&p, "make");
+    take_saved(&p);
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(staged(&p), "x\n");
+    assert_eq!(p.saved("use")["make"]["files"], true);
+    assert!(!p.path().join("out/make").exists(), "make ran again");
+    assert_eq!(p.row("make")["files"], true);
+    p.shutdown();
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME: a folded row says `files: true` but its set did not survive: the
+// consumer still dispatches, told no files were staged, and the producer is not run again.
+#[test]
+fn a_lost_set_leaves_its_consumer_told_nothing_was_staged() {
+    let p = files_pack();
+    assert_eq!(p.run(&[]).code, 0);
+    cut_after(&p, "make");
+    take_saved(&p);
+    std::fs::remove_dir_all(run_dir(&p).join("files/make")).unwrap();
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(staged(&p), "none\n");
+    assert_eq!(p.saved("use")["make"]["files"], false);
+    assert_eq!(p.row("use")["status"], "pass");
+    assert!(!p.path().join("out/make").exists(), "make ran again");
+    p.shutdown();
+}
+
+fn rerun(p: &Pack, parent: &str, select: &[&str]) -> Ran {
+    let mut args = p.run_args(&["--parent", parent]);
+    args[1] = "rerun".into();
+    for s in select {
+        args.push("--select".into());
+        args.push(s.to_string());
+    }
+    p.command(&args).run()
+}
+
+// RFC-0002:C-PLAYBOOK-RERUN: a reused producer's captured set is copied into the rerun's
+// `files/` and staged to the rerun consumer as live.
+#[test]
+fn a_reused_producers_set_reaches_the_rerun_consumer() {
+    let p = files_pack();
+    assert_eq!(p.run(&[]).code, 0);
+    let parent = current(&p);
+    take_saved(&p);
+
+    let r = rerun(&p, &parent, &["use"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_ne!(current(&p), parent);
+    assert_eq!(staged(&p), "x\n");
+    assert_eq!(p.saved("use")["make"]["files"], true);
+    assert!(
+        !p.path().join("out/make").exists(),
+        "make was reused, not run"
+    );
+    assert_eq!(p.row("make")["reused_from"], parent.as_str());
+    assert!(run_dir(&p).join("files/make/d/f.txt").is_file());
+}
+
+// RFC-0002:C-PLAYBOOK-RERUN: a reused mapped node comes with its instance rows, marked with the
+// run that produced them, and feeds its consumer the same fold; a selected mapped node reruns as
+// one node, every instance.
+#[test]
+fn a_mapped_node_is_reused_or_rerun_as_one_node() {
+    let p = fanout();
+    // Every instance passes: a node the parent did not pass would rerun whatever is selected.
+    p.file("src.json", &json!({"items": ["a", "c", "d"]}).to_string());
+    assert_eq!(p.run(&[]).code, 0);
+    let parent = current(&p);
+    let want_after = p.saved("after");
+    take_saved(&p);
+
+    assert_eq!(rerun(&p, &parent, &["after"]).code, 0);
+    assert_eq!(p.saved("after"), want_after);
+    assert_eq!(take_saved(&p), BTreeSet::from(["after".to_string()]));
+    for t in ["each[a]", "each[c]", "each[d]", "each"] {
+        assert_eq!(p.row(t)["reused_from"], parent.as_str(), "{t}");
+    }
+    p.shutdown();
+
+    let r = rerun(&p, &parent, &["each"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(take_saved(&p).len(), 4, "three instances and after");
+    for t in ["each[a]", "each[c]", "each[d]", "each"] {
+        assert!(p.row(t)["reused_from"].is_null(), "{t}");
+    }
+}
+
+// RFC-0002:C-PLAYBOOK-RERUN, C-REVISE-LOOP: selecting the reviewer reruns every member of its
+// loop, the target upstream of it included, and whatever the loop feeds; what is outside the
+// loop and upstream of it is reused.
+#[test]
+fn selecting_a_loop_member_reruns_the_whole_loop() {
+    let (p, want, _) = loop_to_round_three();
+    let parent = current(&p);
+
+    let r = rerun(&p, &parent, &["review"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        take_saved(&p),
+        BTreeSet::from(["draft-1", "draft-2", "draft-3", "after"].map(String::from)),
+        "draft reran with its reviewer"
+    );
+    assert_eq!(p.row("plan")["reused_from"], parent.as_str());
+    for t in ["draft", "review", "after"] {
+        assert!(p.row(t)["reused_from"].is_null(), "{t}");
+    }
+    assert_eq!(results(&p), want);
 }

@@ -335,6 +335,13 @@ pub async fn execute(
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
         (lock, run_id, run_dir, file, Vec::new())
     };
+    let mut files = RunFiles::new(&run_dir, &req.plan.tasks, req.max_files_bytes);
+    if let Some(p) = &parent {
+        rerun::copy_sets(p, &files.dir)?;
+    }
+    files
+        .take_over(&folded)
+        .map_err(state_err("declared files"))?;
     let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
     observer.run_started(&run_id, &run_dir);
 
@@ -370,11 +377,7 @@ pub async fn execute(
         run_id: run_id.clone(),
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
-        files: Arc::new(RunFiles::new(
-            &run_dir,
-            &req.plan.tasks,
-            req.max_files_bytes,
-        )),
+        files: Arc::new(files),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -414,9 +417,19 @@ pub async fn execute(
     c.fold_log(folded);
     if let Some(p) = parent {
         // Reused rows settle first, as live rows do, so dependents are fed through `durable`.
+        let mut nodes = Vec::new();
         for row in p.reused {
-            let i = c.index_of(&row.task);
-            c.settle(i, row);
+            match c.index_of(&row.task) {
+                Some(i) => {
+                    nodes.push(i);
+                    c.settle(i, row);
+                }
+                None => c.reuse_sub(row),
+            }
+        }
+        // A reused mapped node feeds its consumers its fold, as a folded one does.
+        for i in nodes {
+            c.refold(i);
         }
     }
     c.admission_rows();
@@ -473,11 +486,9 @@ impl Coord<'_> {
         &self.tasks[i]
     }
 
-    fn index_of(&self, name: &str) -> usize {
-        self.tasks
-            .iter()
-            .position(|t| t.name == name)
-            .expect("rows name plan tasks (checked when the log is read)")
+    /// The plan task a row settles; `None` for an instance's or a round's row.
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.tasks.iter().position(|t| t.name == name)
     }
 
     /// Adds a settled row's spend: a reused row's apart, never against the ceilings
@@ -503,7 +514,7 @@ impl Coord<'_> {
                 // The ceiling refused a dispatch before the interruption: it stays refused.
                 self.exhaust_cost();
             }
-            let Some(i) = self.tasks.iter().position(|t| t.name == row.task) else {
+            let Some(i) = self.index_of(&row.task) else {
                 // An instance or round row: its spend counts now, as it did live.
                 self.account(&row);
                 self.br.fold_sub(row);

@@ -11,6 +11,14 @@ use crucible_plan::{canonical, Plan, Stage, Task};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+/// The task an instance's (`node[key]`) or round's (`task[round-N]`) row belongs to; a task's
+/// own name for any other row. A reused mapped node or loop brings these rows along.
+fn sub_of(row: &str) -> &str {
+    row.strip_suffix(']')
+        .and_then(|s| s.split_once('['))
+        .map_or(row, |(t, _)| t)
+}
+
 /// A finished parent run, checked and ready to be reused.
 pub struct Parent {
     pub id: String,
@@ -21,6 +29,41 @@ pub struct Parent {
     /// The rows this rerun reuses, in the order the parent settled them, each marked with the
     /// run that produced it.
     pub reused: Vec<TaskResult>,
+    /// The captured sets of reused tasks, in the parent's `files/`: copied into the rerun's.
+    pub sets: Vec<PathBuf>,
+}
+
+/// RFC-0002:C-PLAYBOOK-RERUN: copies the reused tasks' captured sets into the rerun's `files/`,
+/// so that they are staged to dependents exactly as a live producer's.
+pub fn copy_sets(parent: &Parent, files_dir: &Path) -> Result<(), RunError> {
+    for set in &parent.sets {
+        let name = set.file_name().expect("a set directory has a name");
+        copy_tree(set, &files_dir.join(name)).map_err(|e| {
+            RunError::state(format!(
+                "cannot copy the captured files {} of the parent run {}: {e}",
+                set.display(),
+                parent.id
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads the parent and decides the rerun set, refusing (before anything is set up) a parent
@@ -103,6 +146,7 @@ pub fn load(
         )));
     }
     let mut missing = Vec::new();
+    let mut sets = Vec::new();
     let memory = dir.join("memory");
     if !reused.is_empty() && !memory.is_dir() {
         missing.push(format!(
@@ -114,6 +158,8 @@ pub fn load(
         let set = dir.join("files").join(files::dir_name(name, None));
         if rows[name].files && !set.is_dir() {
             missing.push(format!("the captured files of {name} ({})", set.display()));
+        } else if rows[name].files {
+            sets.push(set);
         }
     }
     let base_commit = match std::fs::read_to_string(dir.join("run.json")) {
@@ -134,7 +180,7 @@ pub fn load(
     let reused_rows = log
         .rows
         .iter()
-        .filter(|r| reused.contains(r.task.as_str()))
+        .filter(|r| reused.contains(r.task.as_str()) || reused.contains(sub_of(&r.task)))
         .map(|r| {
             let mut r = r.clone();
             // The original producer, when the parent itself reused it.
@@ -147,6 +193,7 @@ pub fn load(
         memory,
         base_commit,
         reused: reused_rows,
+        sets,
     })
 }
 

@@ -11,7 +11,7 @@ use crate::taskio::Graded;
 use crucible_plan::wire::TaskResult;
 use crucible_plan::{Stage, Status, Task};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +31,9 @@ pub struct RunFiles {
     /// Whether any task declares files; without one, there is never anything to stage.
     any: bool,
     hook: Option<String>,
+    /// Tasks whose folded row says `files: true` but whose set did not survive an interruption:
+    /// their consumers dispatch told that nothing was staged (RFC-0002:C-PLAYBOOK-RESUME).
+    lost: HashSet<String>,
 }
 
 /// Why a task could not be staged: it settles blocked with `staging_refused` naming `task`.
@@ -65,7 +68,23 @@ impl RunFiles {
                 .collect(),
             any: tasks.iter().any(|t| !t.emits_files.is_empty()),
             hook,
+            lost: HashSet::new(),
         }
+    }
+
+    /// RFC-0002:C-PLAYBOOK-RESUME: takes over the `files/` area a run already holds (a
+    /// resumption's, or the sets a rerun copied in): the sets there count against the bound,
+    /// the temporaries a crash left are dropped, and a folded row whose set is gone is noted,
+    /// so its consumers dispatch without it rather than being refused.
+    pub fn take_over(&mut self, rows: &[TaskResult]) -> Result<(), files::FilesError> {
+        self.budget = FilesBudget::resume(self.budget.limit(), &self.dir)?;
+        self.lost = rows
+            .iter()
+            .filter(|r| r.files && self.index.contains_key(&r.task))
+            .filter(|r| !self.set_dir(&r.task).is_dir())
+            .map(|r| r.task.clone())
+            .collect();
+        Ok(())
     }
 
     fn set_dir(&self, task: &str) -> PathBuf {
@@ -302,7 +321,7 @@ impl SettledGraph for View<'_> {
         vec![Producer {
             key: None,
             status: row.status,
-            set: row.files.then(|| self.files.set_dir(task)),
+            set: (row.files && !self.files.lost.contains(task)).then(|| self.files.set_dir(task)),
         }]
     }
 }

@@ -438,6 +438,16 @@ impl Coord<'_> {
         }
     }
 
+    /// A rerun reuses an instance or round row: copied into the log as it is (marked with the run
+    /// that produced it) and kept for its node's fold. Its spend is reported with its node's
+    /// row, apart from the ceilings (RFC-0002:C-PLAYBOOK-RERUN).
+    pub(super) fn reuse_sub(&mut self, r: TaskResult) {
+        self.observer.task_settled(&r);
+        self.writer
+            .push(&crucible_plan::wire::Event::TaskResult(r.clone()));
+        self.br.fold_sub(r);
+    }
+
     /// Writes a sub-row (an instance or a round): on the log and in the spend, but it changes no
     /// task's state and never gates the verdict (RFC-0002:C-REVISE-LOOP).
     fn log_sub(&mut self, r: &TaskResult) {
