@@ -326,3 +326,47 @@ fn selecting_a_loop_member_reruns_the_whole_loop() {
     }
     assert_eq!(results(&p), want);
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME: the workspace is rebuilt as the pristine checkout plus the
+// declared files of every folded task that passed; a failing task's captured set is never
+// restored into it (it reaches consumers only staged under `inputs/`).
+#[test]
+fn the_workspace_gets_passing_sets_back_never_failing_ones() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        command(
+            "good",
+            "mkdir -p d; echo good > d/good.txt; echo '{}'",
+            "emits_files = [\"d/good.txt\"]"
+        ),
+        command(
+            "bad",
+            "mkdir -p e; echo bad > e/bad.txt; exit 1",
+            "emits_files = [\"e/bad.txt\"]\nrequired = false"
+        ),
+        command(
+            "look",
+            "mkdir -p \"$PACK/out\"; (cat d/good.txt e/bad.txt inputs/bad/e/bad.txt 2>&1 | sed 's/:.*//') > \"$PACK/out/look\"; echo '{}'",
+            "depends_on = [\"good\", \"bad\"]\njoin = \"settled\"\nisolated = false"
+        ),
+    ));
+    assert_eq!(p.run(&[]).code, 0);
+    assert_eq!(
+        p.row("bad")["files"],
+        true,
+        "a failing attempt's set is captured"
+    );
+    let last = row_names(&p)[1].clone();
+    cut_after(&p, &last);
+    take_saved(&p);
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let seen = std::fs::read_to_string(p.path().join("out/look")).unwrap();
+    assert_eq!(
+        seen, "good\ncat\nbad\n",
+        "good's file, no e/bad.txt, bad's set staged"
+    );
+    assert!(!p.workspace().join("e/bad.txt").exists());
+    p.shutdown();
+}

@@ -38,7 +38,7 @@ pub struct Parent {
 pub fn copy_sets(parent: &Parent, files_dir: &Path) -> Result<(), RunError> {
     for set in &parent.sets {
         let name = set.file_name().expect("a set directory has a name");
-        copy_tree(set, &files_dir.join(name)).map_err(|e| {
+        copy_tree(set, &files_dir.join(name), false).map_err(|e| {
             RunError::state(format!(
                 "cannot copy the captured files {} of the parent run {}: {e}",
                 set.display(),
@@ -49,18 +49,33 @@ pub fn copy_sets(parent: &Parent, files_dir: &Path) -> Result<(), RunError> {
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies the tree `from` into `to`, merging with what `to` holds. Never writes through a link
+/// already at a destination path. `writable` makes every copied file writable by its owner (a
+/// restored workspace file, which tasks may edit, unlike a published set).
+pub(crate) fn copy_tree(from: &Path, to: &Path, writable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(to)?;
     for e in std::fs::read_dir(from)? {
         let e = e?;
         let (src, dst) = (e.path(), to.join(e.file_name()));
+        if std::fs::symlink_metadata(&dst).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(std::io::Error::other(format!(
+                "{} is a link: nothing is written through it",
+                dst.display()
+            )));
+        }
         let kind = e.file_type()?;
         if kind.is_dir() {
-            copy_tree(&src, &dst)?;
+            copy_tree(&src, &dst, writable)?;
         } else if kind.is_symlink() {
             std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
         } else {
             std::fs::copy(&src, &dst)?;
+            if writable {
+                let mut perm = std::fs::metadata(&dst)?.permissions();
+                perm.set_mode(perm.mode() | 0o200);
+                std::fs::set_permissions(&dst, perm)?;
+            }
         }
     }
     Ok(())

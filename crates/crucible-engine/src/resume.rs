@@ -3,10 +3,11 @@
 //! workspace and hands the coordinator the folded rows, which it takes through the same state
 //! machine as live settlements (`Coord::fold`), so there is no second execution path.
 
-use crate::{git, state, RunError, RunRequest, RunSummary};
+use crate::{files, git, state, RunError, RunRequest, RunSummary};
 use crucible_plan::wire::{
     decode_line, decode_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
 };
+use crucible_plan::Status;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -214,9 +215,23 @@ pub fn reopen(
     let _ = std::fs::remove_dir_all(run_dir.join("worktrees"));
     git::reopen(ws, &run_dir.join("memory"))
         .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
-    // Declared files of folded passing tasks are restored here once the coordinator captures
-    // them (RFC-0002:C-TASK-FILES); this engine refuses emits_files at admission, so no folded
-    // row carries a captured set yet.
+    // The pristine checkout plus the declared files of every folded task that passed, in the
+    // order they settled; a failing task's set reaches consumers only through staging.
+    for r in log
+        .rows
+        .iter()
+        .filter(|r| r.files && r.status == Status::Pass)
+    {
+        let set = run_dir.join("files").join(files::dir_name(&r.task, None));
+        if names.contains(r.task.as_str()) && set.is_dir() {
+            crate::rerun::copy_tree(&set, ws, true).map_err(|e| {
+                RunError::refused(format!(
+                    "cannot resume run {run_id}: restoring the declared files of {}: {e}",
+                    r.task
+                ))
+            })?;
+        }
+    }
     let file = log
         .open_for_append(&path)
         .map_err(|e| RunError::state(format!("session log: {e}")))?;
