@@ -241,12 +241,7 @@ pub async fn execute(
         // Elapsed time, downtime included, counts against the wall-clock ceiling. Kept apart
         // from `started`: a monotonic clock cannot reach back past a reboot.
         prior_elapsed = elapsed;
-        let own: f64 = log
-            .rows
-            .iter()
-            .filter(|r| r.reused_from.is_none())
-            .map(|r| r.cost_usd)
-            .sum();
+        let own = resume::own_spend(&req.plan, &log.rows);
         let line = Event::Resumed(Resumed {
             run: run_id.clone(),
             folded: log.rows.len() as u32,

@@ -117,6 +117,23 @@ impl Log {
     }
 }
 
+/// The spend of an interrupted run's own rows (reused rows are apart). A mapped node's and a
+/// loop body task's rows sum their instance or round rows, which carry the spend: counted once.
+pub fn own_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
+    let loops = crate::graph::revise::loops(plan);
+    let summing = |name: &str| {
+        let mapped = plan
+            .tasks
+            .iter()
+            .any(|t| t.name == name && t.over.is_some());
+        mapped || loops.iter().any(|l| l.contains(name))
+    };
+    rows.iter()
+        .filter(|r| r.reused_from.is_none() && !summing(&r.task))
+        .map(|r| r.cost_usd)
+        .sum()
+}
+
 /// Holds a run for this process: an exclusive lock on `runs/<id>/lock`, released by the kernel
 /// however the process ends, so a resume can tell a crashed run from one still going.
 pub fn hold(run_dir: &Path) -> Result<File, RunError> {
@@ -375,5 +392,58 @@ mod tests {
         std::fs::write(&path, format!("{}\n", row("a"))).unwrap();
         let e = read_log(&path).err().expect("refused");
         assert!(e.message.contains("does not begin with a start line"));
+    }
+
+    // RFC-0002:C-PLAYBOOK-RESUME: the `resumed` line's spend counts instance and round rows
+    // once, not again through the node's or body task's summing row, and never reused rows.
+    #[test]
+    fn own_spend_counts_instances_and_rounds_once() {
+        use crucible_plan::{FieldRef, Plan, Task, TaskKind, WorkflowType};
+        let mut each = Task::new("each", TaskKind::Command);
+        each.over = FieldRef::parse("src.items");
+        let mut review = Task::new("review", TaskKind::Command);
+        review.revise = vec!["draft".into()];
+        review.max_rounds = 2;
+        review.depends_on = vec!["draft".into()];
+        let plan = Plan {
+            version: 1,
+            workflow_type: WorkflowType::Playbook,
+            result: None,
+            history_record: None,
+            params: Default::default(),
+            tasks: vec![
+                Task::new("src", TaskKind::Command),
+                each,
+                Task::new("draft", TaskKind::Command),
+                review,
+            ],
+        };
+        let row = |task: &str, cost_usd: f64| TaskResult {
+            task: task.into(),
+            status: Status::Pass,
+            note: None,
+            output: None,
+            attempts: 1,
+            cost_usd,
+            secs: 0.0,
+            score: None,
+            files: false,
+            blocked: None,
+            reused_from: None,
+            refused: None,
+            transport: None,
+        };
+        let mut reused = row("src", 8.0);
+        reused.reused_from = Some("parent".into());
+        let rows = [
+            reused,
+            row("each[a]", 1.0),
+            row("each", 1.0),
+            row("draft[round-1]", 2.0),
+            row("review[round-1]", 4.0),
+            row("draft", 2.0),
+            row("review", 4.0),
+        ];
+        assert_eq!(own_spend(&plan, &rows), 7.0);
     }
 }
