@@ -370,3 +370,29 @@ fn the_workspace_gets_passing_sets_back_never_failing_ones() {
     assert!(!p.workspace().join("e/bad.txt").exists());
     p.shutdown();
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-SETTLED-JOIN: a route's row folds like any task's: it is not
+// decided again, and the `when` of its dependents reads its folded answers.
+#[test]
+fn a_folded_route_decides_its_dependents() {
+    let p = star(
+        r#"judge = command(name = "judge", run = "cat $PACK/answers.json", emits = ["ok"])
+gate = route(name = "gate", depends_on = [judge], source = judge, questions = {"ok": noul(ask = "fine?")})
+yes = command(name = "yes", run = "python3 $PACK/save.py", depends_on = [gate], when = gate.ok, answers = "yes")
+no = command(name = "no", run = "python3 $PACK/save.py", depends_on = [gate], when = gate.ok, answers = ["no", "uncertain"])
+workflow([judge, gate, yes, no])
+"#,
+    );
+    p.file("answers.json", &json!({"ok": false}).to_string());
+    assert_eq!(p.run(&[]).code, 0);
+    let want = sorted(results(&p));
+    take_saved(&p);
+    cut_after(&p, "gate");
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(take_saved(&p), BTreeSet::from(["no".to_string()]));
+    assert_eq!(p.row("yes")["status"], "not_taken");
+    assert_eq!(sorted(results(&p)), want);
+    p.shutdown();
+}
