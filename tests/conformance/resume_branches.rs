@@ -296,6 +296,14 @@ fn a_mapped_node_is_reused_or_rerun_as_one_node() {
         assert_eq!(p.row(t)["reused_from"], parent.as_str(), "{t}");
     }
     p.shutdown();
+    // A rerun of that rerun still names the run that produced the instances.
+    let child = current(&p);
+    assert_eq!(rerun(&p, &child, &["after"]).code, 0);
+    assert_eq!(p.saved("after"), want_after);
+    take_saved(&p);
+    for t in ["each[a]", "each[c]", "each[d]", "each"] {
+        assert_eq!(p.row(t)["reused_from"], parent.as_str(), "{t}");
+    }
 
     let r = rerun(&p, &parent, &["each"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);

@@ -529,18 +529,8 @@ impl Coord<'_> {
         if slot.run.is_none() {
             // Not started: a halt or a ceiling may already have settled the body without it, or
             // the loop ended before an interruption. One whose final rows were only partly
-            // written replays its folded rounds to write the rest.
-            let settled = slot
-                .members
-                .iter()
-                .filter(|&&m| self.state[m].row().is_some());
-            let replays = slot
-                .lp
-                .body
-                .iter()
-                .any(|t| self.br.folded.contains_key(&revise::round_name(t, 1)));
-            let settled = settled.count();
-            if settled == slot.members.len() || (settled > 0 && !replays) {
+            // written (a kill between them) replays its folded rounds to write the rest.
+            if slot.members.iter().all(|&m| self.state[m].row().is_some()) {
                 self.br.loops[l].over = true;
                 return;
             }
