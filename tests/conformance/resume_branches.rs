@@ -234,9 +234,13 @@ fn a_lost_set_leaves_its_consumer_told_nothing_was_staged() {
     cut_after(&p, "make");
     take_saved(&p);
     std::fs::remove_dir_all(run_dir(&p).join("files/make")).unwrap();
+    // A capture the crash cut short left its temporary: the resumed run drops it.
+    let temp = run_dir(&p).join("files/.tmp-crashed");
+    std::fs::create_dir_all(temp.join("d")).unwrap();
 
     let r = p.run(&["--resume"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(!temp.exists(), "the temporary is swept");
     assert_eq!(staged(&p), "none\n");
     assert_eq!(p.saved("use")["make"]["files"], false);
     assert_eq!(p.row("use")["status"], "pass");
