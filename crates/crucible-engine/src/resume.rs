@@ -134,6 +134,15 @@ pub fn own_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
         .sum()
 }
 
+/// The spend of a run's reused rows, as the run reported it: a reused mapped node's or loop's
+/// own rows carry it, the instance and round rows copied along with them do not add to it.
+pub fn reused_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
+    rows.iter()
+        .filter(|r| r.reused_from.is_some() && plan.tasks.iter().any(|t| t.name == r.task))
+        .map(|r| r.cost_usd)
+        .sum()
+}
+
 /// Holds a run for this process: an exclusive lock on `runs/<id>/lock`, released by the kernel
 /// however the process ends, so a resume can tell a crashed run from one still going.
 pub fn hold(run_dir: &Path) -> Result<File, RunError> {
@@ -193,12 +202,7 @@ pub fn reopen(
     check_identity(req, &log.start, max_cost)?;
     let lock = hold(&run_dir)?;
     if let Some(sd) = &log.shutdown {
-        let reused: f64 = log
-            .rows
-            .iter()
-            .filter(|r| r.reused_from.is_some())
-            .map(|r| r.cost_usd)
-            .sum();
+        let reused = reused_spend(&req.plan, &log.rows);
         return Ok(Resumption::Finished(Box::new(RunSummary {
             run_id,
             run_dir,
@@ -445,5 +449,12 @@ mod tests {
             row("review", 4.0),
         ];
         assert_eq!(own_spend(&plan, &rows), 7.0);
+        let mut copied = rows.map(|mut r| {
+            r.reused_from = Some("parent".into());
+            r
+        });
+        copied[0].cost_usd = 0.5;
+        // RFC-0002:C-PLAYBOOK-RERUN: reused spend once, through the rows that carry it.
+        assert_eq!(reused_spend(&plan, &copied), 0.5 + 1.0 + 2.0 + 4.0);
     }
 }
