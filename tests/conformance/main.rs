@@ -16,6 +16,7 @@ mod live;
 mod mapped_files;
 mod rerun;
 mod resume;
+mod resume_branches;
 mod revise;
 mod revise_files;
 mod routes;

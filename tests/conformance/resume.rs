@@ -140,8 +140,12 @@ impl Rng {
 }
 
 /// The crash test's playbook: `n` main tasks, shared and isolated, with random earlier
-/// dependencies, advisory failures and their blocked or settled-join dependents, plus an
-/// epilogue. Tasks never read the workspace, so the rebuilt workspace cannot change a status.
+/// dependencies, advisory failures and their blocked or settled-join dependents; a mapped node
+/// over three items; a revise loop passing in round 2 or 3; a declared-files producer whose
+/// consumer fails unless the set is staged; plus an epilogue. Tasks never read the workspace
+/// (staged `inputs/` aside), so the rebuilt workspace cannot change a status. Loop members
+/// ledger their round row's name (`draft[round-2]`), instances theirs (`each[p]`), so every
+/// ledger entry names the row its attempt settles.
 fn crash_playbook(seed: u64, n: usize) -> String {
     let mut rng = Rng(seed);
     let mut body = String::new();
@@ -187,12 +191,71 @@ fn crash_playbook(seed: u64, n: usize) -> String {
         };
         body.push_str(&ledgered(&name, &work, &extra.join("\n")));
     }
+    let pass_at = 2 + rng.below(2);
+    let dep = format!("t{:02}", rng.below(n as u64));
+    body.push_str(&ledgered(
+        "src",
+        "sleep 0.05; echo '{\"items\": [\"p\", \"q\", \"r\"]}'",
+        &format!("emits = {{ items = \"list\" }}\ndepends_on = [\"{dep}\"]\njoin = \"settled\""),
+    ));
+    body.push_str(&ledgered(
+        "each",
+        "sleep 0.05; echo '{}'",
+        "depends_on = [\"src\"]\nover = \"src.items\"\nmax_fanout = 4\nisolated = true",
+    ));
+    body.push_str(&command(
+        "draft",
+        "python3 \"$PACK/draft.py\"",
+        "depends_on = [\"src\"]",
+    ));
+    body.push_str(&command(
+        "review",
+        &format!("python3 \"$PACK/review.py\" {pass_at}"),
+        "depends_on = [\"draft\"]\nrevise = [\"draft\"]\nmax_rounds = 3",
+    ));
+    body.push_str(&ledgered(
+        "mk",
+        "sleep 0.05; mkdir -p made; echo made > made/mk.txt; echo '{}'",
+        "emits_files = [\"made/mk.txt\"]",
+    ));
+    body.push_str(&ledgered(
+        "usef",
+        "test \"$(cat inputs/mk/made/mk.txt)\" = made && echo '{}'",
+        "depends_on = [\"mk\", \"each\", \"review\"]",
+    ));
     body.push_str(&ledgered(
         "report",
         "echo '{}'",
         "stage = \"epilogue\"\nrequired = false",
     ));
     body
+}
+
+/// The crash test's pack: its playbook and the loop's scripts.
+fn crash_pack(manifest: &str) -> Pack {
+    let p = Pack::playbook(manifest);
+    p.file(
+        "draft.py",
+        r#"import json, os, time
+i = json.load(open(os.environ["CRUCIBLE_INPUTS_FILE"]))
+rnd = i.get("revision", {}).get("round", 1)
+open(os.environ["LEDGER"], "a").write("draft[round-%d]\n" % rnd)
+time.sleep(0.05)
+print(json.dumps({"round": rnd}))
+"#,
+    );
+    p.file(
+        "review.py",
+        r#"import json, os, sys, time
+i = json.load(open(os.environ["CRUCIBLE_INPUTS_FILE"]))
+rnd = i["draft"]["round"]
+open(os.environ["LEDGER"], "a").write("review[round-%d]\n" % rnd)
+time.sleep(0.05)
+print("{}")
+sys.exit(0 if rnd >= int(sys.argv[1]) else 1)
+"#,
+    );
+    p
 }
 
 /// Every process still carrying `mark` in its environment (the killed engine's attempts).
@@ -247,11 +310,12 @@ fn statuses(p: &Pack) -> BTreeMap<String, String> {
         .collect()
 }
 
-// RFC-0002:C-PLAYBOOK-RESUME, the crash test of issue 6: a seeded 41-task playbook (shared and
-// isolated tasks, advisory failures, blocked and settled-join dependents, an epilogue) is killed
+// RFC-0002:C-PLAYBOOK-RESUME, the crash test of issue 6: a seeded 47-task playbook (shared and
+// isolated tasks, advisory failures, blocked and settled-join dependents, a mapped node, a revise
+// loop, a declared-files producer and consumer, an epilogue) is killed
 // with SIGKILL at seeded moments, at least 20 times in a row, and resumed each time until it
-// ends. No settled task is dispatched again (a second ledger entry only for an attempt in flight
-// and unsettled at a kill, checked against the log at that kill); the verdict and every status
+// ends. No settled task, instance or round is dispatched again (a second ledger entry only for an
+// attempt in flight and unsettled at a kill, checked against the log at that kill); the verdict and every status
 // equal an uninterrupted run's; the log parses; one shutdown; the epilogue settled once.
 #[test]
 fn sigkill_twenty_times_and_resume_equals_an_uninterrupted_run() {
@@ -262,19 +326,25 @@ fn sigkill_twenty_times_and_resume_equals_an_uninterrupted_run() {
     let manifest = crash_playbook(seed, 40);
     let args = ["--jobs", "2", "--max-time", "5m"];
 
-    let reference = Pack::playbook(&manifest);
+    let reference = crash_pack(&manifest);
     let ref_ledger = Ledger::new();
     let r = run_with(&reference, &ref_ledger, &args);
     assert!(r.code == 0 || r.code == 3, "{r:?}");
     let want_status = statuses(&reference);
     let want_shutdown = reference.shutdown();
+    // 47 tasks, three instances, two or three rounds of two body tasks.
+    let rounds = want_status.keys().filter(|t| t.contains("[round-")).count();
+    assert!(rounds == 4 || rounds == 6, "{want_status:?}");
     assert_eq!(
         want_status.len(),
-        41,
+        47 + 3 + rounds,
         "every task settles once uninterrupted"
     );
+    for t in ["each[p]", "each", "review", "usef"] {
+        assert_eq!(want_status[t], "pass", "{t} uninterrupted");
+    }
 
-    let p = Pack::playbook(&manifest);
+    let p = crash_pack(&manifest);
     let ledger = Ledger::new();
     let mark = format!("{seed}-{}", std::process::id());
     let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);

@@ -9,7 +9,7 @@ use std::process::Command;
 
 /// `draft` appends its round to `draft.txt` (committed when it passes) and saves its inputs;
 /// `review` passes once the draft's round reaches `$PACK/pass_at` (fails forever without it).
-fn looped(draft_extra: &str, max_rounds: u32) -> Pack {
+pub fn looped(draft_extra: &str, max_rounds: u32) -> Pack {
     let p = star(&format!(
         r#"plan = command(name = "plan", run = "echo '{{\"topic\": \"t\"}}'")
 draft = command(name = "draft", run = "python3 $PACK/draft.py", depends_on = [plan]{draft_extra})

@@ -241,12 +241,7 @@ pub async fn execute(
         // Elapsed time, downtime included, counts against the wall-clock ceiling. Kept apart
         // from `started`: a monotonic clock cannot reach back past a reboot.
         prior_elapsed = elapsed;
-        let own: f64 = log
-            .rows
-            .iter()
-            .filter(|r| r.reused_from.is_none())
-            .map(|r| r.cost_usd)
-            .sum();
+        let own = resume::own_spend(&req.plan, &log.rows);
         let line = Event::Resumed(Resumed {
             run: run_id.clone(),
             folded: log.rows.len() as u32,
@@ -335,6 +330,13 @@ pub async fn execute(
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
         (lock, run_id, run_dir, file, Vec::new())
     };
+    let mut files = RunFiles::new(&run_dir, &req.plan.tasks, req.max_files_bytes);
+    if let Some(p) = &parent {
+        rerun::copy_sets(p, &files.dir)?;
+    }
+    files
+        .take_over(&folded)
+        .map_err(state_err("declared files"))?;
     let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
     observer.run_started(&run_id, &run_dir);
 
@@ -370,11 +372,7 @@ pub async fn execute(
         run_id: run_id.clone(),
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
-        files: Arc::new(RunFiles::new(
-            &run_dir,
-            &req.plan.tasks,
-            req.max_files_bytes,
-        )),
+        files: Arc::new(files),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -414,9 +412,19 @@ pub async fn execute(
     c.fold_log(folded);
     if let Some(p) = parent {
         // Reused rows settle first, as live rows do, so dependents are fed through `durable`.
+        let mut nodes = Vec::new();
         for row in p.reused {
-            let i = c.index_of(&row.task);
-            c.settle(i, row);
+            match c.index_of(&row.task) {
+                Some(i) => {
+                    nodes.push(i);
+                    c.settle(i, row);
+                }
+                None => c.reuse_sub(row),
+            }
+        }
+        // A reused mapped node feeds its consumers its fold, as a folded one does.
+        for i in nodes {
+            c.refold(i);
         }
     }
     c.admission_rows();
@@ -473,11 +481,9 @@ impl Coord<'_> {
         &self.tasks[i]
     }
 
-    fn index_of(&self, name: &str) -> usize {
-        self.tasks
-            .iter()
-            .position(|t| t.name == name)
-            .expect("rows name plan tasks (checked when the log is read)")
+    /// The plan task a row settles; `None` for an instance's or a round's row.
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.tasks.iter().position(|t| t.name == name)
     }
 
     /// Adds a settled row's spend: a reused row's apart, never against the ceilings
@@ -498,12 +504,19 @@ impl Coord<'_> {
     fn fold_log(&mut self, rows: Vec<TaskResult>) {
         let mut order = Vec::with_capacity(rows.len());
         for row in rows {
-            let i = self.index_of(&row.task);
-            self.account(&row);
             let by_cost = row.blocked.as_ref().map(|b| b.reason);
             if by_cost == Some(BlockedReason::BudgetCeiling) {
                 // The ceiling refused a dispatch before the interruption: it stays refused.
                 self.exhaust_cost();
+            }
+            let Some(i) = self.index_of(&row.task) else {
+                // An instance or round row: its spend counts now, as it did live.
+                self.account(&row);
+                self.br.fold_sub(row);
+                continue;
+            };
+            if !self.br.spent_in_subs(i, &self.tasks[i]) {
+                self.account(&row);
             }
             if self.state[i].row().is_none() {
                 order.push(i);
@@ -527,6 +540,9 @@ impl Coord<'_> {
             if main && t.required && halting(&row) && self.halted_by.is_none() {
                 self.halt(i);
             }
+        }
+        for &i in &order {
+            self.refold(i);
         }
         for i in order {
             for j in self.adm.dependents[i].clone() {

@@ -11,6 +11,14 @@ use crucible_plan::{canonical, Plan, Stage, Task};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+/// The task an instance's (`node[key]`) or round's (`task[round-N]`) row belongs to; a task's
+/// own name for any other row. A reused mapped node or loop brings these rows along.
+fn sub_of(row: &str) -> &str {
+    row.strip_suffix(']')
+        .and_then(|s| s.split_once('['))
+        .map_or(row, |(t, _)| t)
+}
+
 /// A finished parent run, checked and ready to be reused.
 pub struct Parent {
     pub id: String,
@@ -21,6 +29,56 @@ pub struct Parent {
     /// The rows this rerun reuses, in the order the parent settled them, each marked with the
     /// run that produced it.
     pub reused: Vec<TaskResult>,
+    /// The captured sets of reused tasks, in the parent's `files/`: copied into the rerun's.
+    pub sets: Vec<PathBuf>,
+}
+
+/// RFC-0002:C-PLAYBOOK-RERUN: copies the reused tasks' captured sets into the rerun's `files/`,
+/// so that they are staged to dependents exactly as a live producer's.
+pub fn copy_sets(parent: &Parent, files_dir: &Path) -> Result<(), RunError> {
+    for set in &parent.sets {
+        let name = set.file_name().expect("a set directory has a name");
+        copy_tree(set, &files_dir.join(name), false).map_err(|e| {
+            RunError::state(format!(
+                "cannot copy the captured files {} of the parent run {}: {e}",
+                set.display(),
+                parent.id
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// Copies the tree `from` into `to`, merging with what `to` holds. Never writes through a link
+/// already at a destination path. `writable` makes every copied file writable by its owner (a
+/// restored workspace file, which tasks may edit, unlike a published set).
+pub(crate) fn copy_tree(from: &Path, to: &Path, writable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if std::fs::symlink_metadata(&dst).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(std::io::Error::other(format!(
+                "{} is a link: nothing is written through it",
+                dst.display()
+            )));
+        }
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&src, &dst, writable)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+            if writable {
+                let mut perm = std::fs::metadata(&dst)?.permissions();
+                perm.set_mode(perm.mode() | 0o200);
+                std::fs::set_permissions(&dst, perm)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads the parent and decides the rerun set, refusing (before anything is set up) a parent
@@ -103,6 +161,7 @@ pub fn load(
         )));
     }
     let mut missing = Vec::new();
+    let mut sets = Vec::new();
     let memory = dir.join("memory");
     if !reused.is_empty() && !memory.is_dir() {
         missing.push(format!(
@@ -110,10 +169,28 @@ pub fn load(
             memory.display()
         ));
     }
-    for name in &reused {
-        let set = dir.join("files").join(files::dir_name(name, None));
-        if rows[name].files && !set.is_dir() {
-            missing.push(format!("the captured files of {name} ({})", set.display()));
+    // A reused task's set, or each reused instance's (a mapped node's sets are its instances',
+    // under their escaped keys: RFC-0002:C-TASK-FILES).
+    let mapped = |t: &str| plan.task(t).is_some_and(|t| t.over.is_some());
+    for row in log.rows.iter().filter(|r| r.files) {
+        let node = sub_of(&row.task);
+        let dir_name = if node == row.task && reused.contains(node) && !mapped(node) {
+            files::dir_name(node, None)
+        } else if node != row.task && reused.contains(node) && mapped(node) {
+            let key = &row.task[node.len() + 1..row.task.len() - 1];
+            files::dir_name(node, Some(key))
+        } else {
+            continue;
+        };
+        let set = dir.join("files").join(dir_name);
+        if set.is_dir() {
+            sets.push(set);
+        } else {
+            missing.push(format!(
+                "the captured files of {} ({})",
+                row.task,
+                set.display()
+            ));
         }
     }
     let base_commit = match std::fs::read_to_string(dir.join("run.json")) {
@@ -134,7 +211,7 @@ pub fn load(
     let reused_rows = log
         .rows
         .iter()
-        .filter(|r| reused.contains(r.task.as_str()))
+        .filter(|r| reused.contains(r.task.as_str()) || reused.contains(sub_of(&r.task)))
         .map(|r| {
             let mut r = r.clone();
             // The original producer, when the parent itself reused it.
@@ -147,6 +224,7 @@ pub fn load(
         memory,
         base_commit,
         reused: reused_rows,
+        sets,
     })
 }
 

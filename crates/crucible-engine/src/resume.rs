@@ -3,10 +3,11 @@
 //! workspace and hands the coordinator the folded rows, which it takes through the same state
 //! machine as live settlements (`Coord::fold`), so there is no second execution path.
 
-use crate::{git, state, RunError, RunRequest, RunSummary};
+use crate::{files, git, state, RunError, RunRequest, RunSummary};
 use crucible_plan::wire::{
     decode_line, decode_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
 };
+use crucible_plan::Status;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -116,6 +117,32 @@ impl Log {
     }
 }
 
+/// The spend of an interrupted run's own rows (reused rows are apart). A mapped node's and a
+/// loop body task's rows sum their instance or round rows, which carry the spend: counted once.
+pub fn own_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
+    let loops = crate::graph::revise::loops(plan);
+    let summing = |name: &str| {
+        let mapped = plan
+            .tasks
+            .iter()
+            .any(|t| t.name == name && t.over.is_some());
+        mapped || loops.iter().any(|l| l.contains(name))
+    };
+    rows.iter()
+        .filter(|r| r.reused_from.is_none() && !summing(&r.task))
+        .map(|r| r.cost_usd)
+        .sum()
+}
+
+/// The spend of a run's reused rows, as the run reported it: a reused mapped node's or loop's
+/// own rows carry it, the instance and round rows copied along with them do not add to it.
+pub fn reused_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
+    rows.iter()
+        .filter(|r| r.reused_from.is_some() && plan.tasks.iter().any(|t| t.name == r.task))
+        .map(|r| r.cost_usd)
+        .sum()
+}
+
 /// Holds a run for this process: an exclusive lock on `runs/<id>/lock`, released by the kernel
 /// however the process ends, so a resume can tell a crashed run from one still going.
 pub fn hold(run_dir: &Path) -> Result<File, RunError> {
@@ -175,12 +202,7 @@ pub fn reopen(
     check_identity(req, &log.start, max_cost)?;
     let lock = hold(&run_dir)?;
     if let Some(sd) = &log.shutdown {
-        let reused: f64 = log
-            .rows
-            .iter()
-            .filter(|r| r.reused_from.is_some())
-            .map(|r| r.cost_usd)
-            .sum();
+        let reused = reused_spend(&req.plan, &log.rows);
         return Ok(Resumption::Finished(Box::new(RunSummary {
             run_id,
             run_dir,
@@ -198,7 +220,13 @@ pub fn reopen(
     }
     let names: std::collections::HashSet<&str> =
         req.plan.tasks.iter().map(|t| t.name.as_str()).collect();
-    if let Some(r) = log.rows.iter().find(|r| !names.contains(r.task.as_str())) {
+    // An instance's or round's row names its task followed by a bracketed key or round.
+    let known = |n: &str| {
+        names.contains(n)
+            || (n.strip_suffix(']').and_then(|s| s.split_once('[')))
+                .is_some_and(|(t, _)| names.contains(t))
+    };
+    if let Some(r) = log.rows.iter().find(|r| !known(r.task.as_str())) {
         return Err(RunError::refused(format!(
             "cannot resume run {run_id}: its log settles `{}`, which the plan does not contain",
             r.task
@@ -208,9 +236,23 @@ pub fn reopen(
     let _ = std::fs::remove_dir_all(run_dir.join("worktrees"));
     git::reopen(ws, &run_dir.join("memory"))
         .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
-    // Declared files of folded passing tasks are restored here once the coordinator captures
-    // them (RFC-0002:C-TASK-FILES); this engine refuses emits_files at admission, so no folded
-    // row carries a captured set yet.
+    // The pristine checkout plus the declared files of every folded task that passed, in the
+    // order they settled; a failing task's set reaches consumers only through staging.
+    for r in log
+        .rows
+        .iter()
+        .filter(|r| r.files && r.status == Status::Pass)
+    {
+        let set = run_dir.join("files").join(files::dir_name(&r.task, None));
+        if names.contains(r.task.as_str()) && set.is_dir() {
+            crate::rerun::copy_tree(&set, ws, true).map_err(|e| {
+                RunError::refused(format!(
+                    "cannot resume run {run_id}: restoring the declared files of {}: {e}",
+                    r.task
+                ))
+            })?;
+        }
+    }
     let file = log
         .open_for_append(&path)
         .map_err(|e| RunError::state(format!("session log: {e}")))?;
@@ -354,5 +396,65 @@ mod tests {
         std::fs::write(&path, format!("{}\n", row("a"))).unwrap();
         let e = read_log(&path).err().expect("refused");
         assert!(e.message.contains("does not begin with a start line"));
+    }
+
+    // RFC-0002:C-PLAYBOOK-RESUME: the `resumed` line's spend counts instance and round rows
+    // once, not again through the node's or body task's summing row, and never reused rows.
+    #[test]
+    fn own_spend_counts_instances_and_rounds_once() {
+        use crucible_plan::{FieldRef, Plan, Task, TaskKind, WorkflowType};
+        let mut each = Task::new("each", TaskKind::Command);
+        each.over = FieldRef::parse("src.items");
+        let mut review = Task::new("review", TaskKind::Command);
+        review.revise = vec!["draft".into()];
+        review.max_rounds = 2;
+        review.depends_on = vec!["draft".into()];
+        let plan = Plan {
+            version: 1,
+            workflow_type: WorkflowType::Playbook,
+            result: None,
+            history_record: None,
+            params: Default::default(),
+            tasks: vec![
+                Task::new("src", TaskKind::Command),
+                each,
+                Task::new("draft", TaskKind::Command),
+                review,
+            ],
+        };
+        let row = |task: &str, cost_usd: f64| TaskResult {
+            task: task.into(),
+            status: Status::Pass,
+            note: None,
+            output: None,
+            attempts: 1,
+            cost_usd,
+            secs: 0.0,
+            score: None,
+            files: false,
+            blocked: None,
+            reused_from: None,
+            refused: None,
+            transport: None,
+        };
+        let mut reused = row("src", 8.0);
+        reused.reused_from = Some("parent".into());
+        let rows = [
+            reused,
+            row("each[a]", 1.0),
+            row("each", 1.0),
+            row("draft[round-1]", 2.0),
+            row("review[round-1]", 4.0),
+            row("draft", 2.0),
+            row("review", 4.0),
+        ];
+        assert_eq!(own_spend(&plan, &rows), 7.0);
+        let mut copied = rows.map(|mut r| {
+            r.reused_from = Some("parent".into());
+            r
+        });
+        copied[0].cost_usd = 0.5;
+        // RFC-0002:C-PLAYBOOK-RERUN: reused spend once, through the rows that carry it.
+        assert_eq!(reused_spend(&plan, &copied), 0.5 + 1.0 + 2.0 + 4.0);
     }
 }

@@ -7,11 +7,13 @@ use crate::files::{
     self, plan_staging, CaptureRequest, Captured, Consumer, FilesBudget, FilesErrorKind, Mode,
     Producer, SettledGraph, Snapshot, StagedSet, StagingPlan,
 };
+use crate::graph::fanout::instance_name;
 use crate::graph::Entry;
 use crate::taskio::Graded;
+use crucible_plan::wire::TaskResult;
 use crucible_plan::{Stage, Status, Task};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +33,9 @@ pub struct RunFiles {
     /// Whether any task declares files; without one, there is never anything to stage.
     any: bool,
     hook: Option<String>,
+    /// Tasks whose folded row says `files: true` but whose set did not survive an interruption:
+    /// their consumers dispatch told that nothing was staged (RFC-0002:C-PLAYBOOK-RESUME).
+    lost: HashSet<String>,
 }
 
 /// Why a task could not be staged: it settles blocked with `staging_refused` naming `task`.
@@ -65,7 +70,37 @@ impl RunFiles {
                 .collect(),
             any: tasks.iter().any(|t| !t.emits_files.is_empty()),
             hook,
+            lost: HashSet::new(),
         }
+    }
+
+    /// RFC-0002:C-PLAYBOOK-RESUME: takes over the `files/` area a run already holds (a
+    /// resumption's, or the sets a rerun copied in): the sets there count against the bound,
+    /// the temporaries a crash left are dropped, and a folded row whose set is gone is noted,
+    /// so its consumers dispatch without it rather than being refused.
+    pub fn take_over(&mut self, rows: &[TaskResult]) -> Result<(), files::FilesError> {
+        self.budget = FilesBudget::resume(self.budget.limit(), &self.dir)?;
+        self.lost = rows
+            .iter()
+            .filter(|r| r.files)
+            .filter(|r| match self.set_of(&r.task) {
+                Some((task, key)) => !self.set_dir(task, key).is_dir(),
+                None => false,
+            })
+            .map(|r| r.task.clone())
+            .collect();
+        Ok(())
+    }
+
+    /// The task and instance key a row's set belongs to: `name` for a task, `node[key]` for
+    /// an instance of a plan task.
+    fn set_of<'a>(&self, row: &'a str) -> Option<(&'a str, Option<&'a str>)> {
+        if self.index.contains_key(row) {
+            return Some((row, None));
+        }
+        let (node, rest) = row.split_once('[')?;
+        let key = rest.strip_suffix(']')?;
+        self.index.contains_key(node).then_some((node, Some(key)))
     }
 
     fn set_dir(&self, task: &str, key: Option<&str>) -> PathBuf {
@@ -324,14 +359,16 @@ impl SettledGraph for View<'_> {
                 .map(|(key, inst)| Producer {
                     key: Some(key.clone()),
                     status: inst.status,
-                    set: inst.files.then(|| self.files.set_dir(task, Some(key))),
+                    set: (inst.files && !self.files.lost.contains(&instance_name(task, key)))
+                        .then(|| self.files.set_dir(task, Some(key))),
                 })
                 .collect();
         }
         vec![Producer {
             key: None,
             status: e.status,
-            set: e.files.then(|| self.files.set_dir(task, None)),
+            set: (e.files && !self.files.lost.contains(task))
+                .then(|| self.files.set_dir(task, None)),
         }]
     }
 }

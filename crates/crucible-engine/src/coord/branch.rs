@@ -58,6 +58,10 @@ pub(super) struct Branches {
     loops: Vec<LoopSlot>,
     /// Body task → its loop.
     member_of: HashMap<usize, usize>,
+    /// Instance and round rows folded from an interrupted run's log, by row name: replayed
+    /// through `Lanes` and `LoopRun` when their node expands or their loop runs
+    /// (RFC-0002:C-PLAYBOOK-RESUME), never dispatched again nor written twice.
+    folded: HashMap<String, TaskResult>,
 }
 
 impl Branches {
@@ -103,7 +107,19 @@ impl Branches {
             folds: HashMap::new(),
             loops,
             member_of,
+            folded: HashMap::new(),
         }
+    }
+
+    /// Keeps a folded instance or round row for its replay.
+    pub(super) fn fold_sub(&mut self, r: TaskResult) {
+        self.folded.insert(r.task.clone(), r);
+    }
+
+    /// Whether a task's own row carries no spend of its own: a mapped node's and a loop body
+    /// task's rows sum their instance or round rows, whose spend counted as they settled.
+    pub(super) fn spent_in_subs(&self, i: usize, t: &Task) -> bool {
+        t.over.is_some() || self.member_of.contains_key(&i)
     }
 }
 
@@ -225,6 +241,35 @@ impl Coord<'_> {
         }
     }
 
+    /// RFC-0002:C-PLAYBOOK-RESUME: a mapped node folded from the log gets back the fold its
+    /// consumers read (`per_instance`), from its folded instance rows in source order. Kept
+    /// only when it agrees with the node's logged row: a node settled without expanding has none.
+    pub(super) fn refold(&mut self, i: usize) {
+        let task = self.task(i).clone();
+        let Some(r) = self.state[i].row() else {
+            return;
+        };
+        if task.over.is_none() {
+            return;
+        }
+        let (status, note) = (r.status, r.note.clone());
+        let entries = self.dep_entries(i, &|d| self.entry_of(d));
+        let Ok(instances) = fanout::expand(&task, &entries) else {
+            return; // `entry_of` answers an unexpanded node from its row
+        };
+        let mut rows = Vec::new();
+        for inst in instances {
+            match self.br.folded.get(&inst.name) {
+                Some(r) => rows.push((inst.key, entry_of_row(r))),
+                None => return,
+            }
+        }
+        let entry = fanout::fold(rows);
+        if entry.status == status && entry.note == note {
+            self.br.folds.insert(i, entry);
+        }
+    }
+
     /// Expands a mapped task over its source: lanes to dispatch, or the node fails naming why.
     fn expand(&mut self, i: usize, task: &Task, entries: &BTreeMap<String, Entry>) {
         match fanout::expand(task, entries) {
@@ -244,13 +289,26 @@ impl Coord<'_> {
                 // A shared lane holds the workspace: its instances run one at a time.
                 let width = if task.isolated { self.jobs } else { 1 };
                 let order = instances.iter().map(|x| x.key.clone()).collect();
+                // Instances settled before an interruption are never dispatched again: their
+                // folded rows feed the fold as live ones do (RFC-0002:C-PLAYBOOK-RESUME).
+                let mut settled = HashMap::new();
+                let instances = instances
+                    .into_iter()
+                    .filter(|x| match self.br.folded.remove(&x.name) {
+                        Some(r) => {
+                            settled.insert(x.key.clone(), r);
+                            false
+                        }
+                        None => true,
+                    })
+                    .collect();
                 self.state[i] = TaskState::Running;
                 self.br.fanouts.insert(
                     i,
                     FanoutRun {
                         lanes: Lanes::new(instances, width, task.can_spend()),
                         order,
-                        settled: HashMap::new(),
+                        settled,
                         base,
                     },
                 );
@@ -379,6 +437,16 @@ impl Coord<'_> {
         }
     }
 
+    /// A rerun reuses an instance or round row: copied into the log as it is (marked with the run
+    /// that produced it) and kept for its node's fold. Its spend is reported with its node's
+    /// row, apart from the ceilings (RFC-0002:C-PLAYBOOK-RERUN).
+    pub(super) fn reuse_sub(&mut self, r: TaskResult) {
+        self.observer.task_settled(&r);
+        self.writer
+            .push(&crucible_plan::wire::Event::TaskResult(r.clone()));
+        self.br.fold_sub(r);
+    }
+
     /// Writes a sub-row (an instance or a round): on the log and in the spend, but it changes no
     /// task's state and never gates the verdict (RFC-0002:C-REVISE-LOOP).
     fn log_sub(&mut self, r: &TaskResult) {
@@ -467,8 +535,10 @@ impl Coord<'_> {
         }
         let stage = self.task(slot.members[0]).stage;
         if slot.run.is_none() {
-            // Not started: a halt or a ceiling may already have settled the body without it.
-            if slot.members.iter().any(|&m| self.state[m].row().is_some()) {
+            // Not started: a halt or a ceiling may already have settled the body without it, or
+            // the loop ended before an interruption. One whose final rows were only partly
+            // written (a kill between them) replays its folded rounds to write the rest.
+            if slot.members.iter().all(|&m| self.state[m].row().is_some()) {
                 self.br.loops[l].over = true;
                 return;
             }
@@ -482,7 +552,9 @@ impl Coord<'_> {
             }
             let lp = self.br.loops[l].lp.clone();
             for m in self.br.loops[l].members.clone() {
-                self.state[m] = TaskState::Running;
+                if self.state[m].row().is_none() {
+                    self.state[m] = TaskState::Running;
+                }
             }
             self.br.loops[l].run = Some(LoopRun::new(lp));
         }
@@ -498,13 +570,30 @@ impl Coord<'_> {
             }
             let run = self.br.loops[l].run.as_ref().expect("a started loop");
             let Some(name) = run.next_task().map(str::to_string) else {
-                // The reviewer settled: ceilings are checked before every round.
+                // The reviewer settled: ceilings are checked before every round, unless the log
+                // of an interrupted run shows the next round began.
+                let next = run.round() + 1;
+                let began = (run.lp.body.iter())
+                    .any(|t| self.br.folded.contains_key(&revise::round_name(t, next)));
+                let (cost, wall) = (self.cost_exhausted && !began, self.wall && !began);
                 let run = self.br.loops[l].run.as_mut().expect("a started loop");
-                match run.end_round(self.cost_exhausted, self.wall) {
+                match run.end_round(cost, wall) {
                     Next::Round(_) => continue,
                     Next::End(_) => return self.end_loop(l),
                 }
             };
+            // A round row settled before an interruption: replayed through the round state
+            // machine, already on the log (RFC-0002:C-PLAYBOOK-RESUME).
+            if let Some(mut r) = self
+                .br
+                .folded
+                .remove(&revise::round_name(&name, run.round()))
+            {
+                r.task = name;
+                let run = self.br.loops[l].run.as_mut().expect("a started loop");
+                run.settle(r, true);
+                continue;
+            }
             let j = self.br.index[name.as_str()];
             let task = self.task(j).clone();
             let view = {
@@ -601,6 +690,9 @@ impl Coord<'_> {
             .unwrap_or_default();
         for r in finals {
             let j = self.br.index[r.task.as_str()];
+            if self.state[j].row().is_some() {
+                continue; // its final row was written before an interruption
+            }
             self.settle_row(j, r);
         }
     }
