@@ -408,3 +408,73 @@ workflow([judge, gate, yes, no])
     assert_eq!(sorted(results(&p)), want);
     p.shutdown();
 }
+
+/// A mapped producer whose instances each declare a file (one key needs escaping), and a
+/// consumer that records what was staged for it.
+fn mapped_files_pack() -> Pack {
+    let save = save_inputs_then("{}");
+    Pack::playbook(&format!(
+        "{}{}{}",
+        command(
+            "src",
+            r#"echo '{"items": ["a/b", "c"]}'"#,
+            "emits = { items = \"list\" }"
+        ),
+        command(
+            "each",
+            "mkdir -p \"$PACK/out\"; touch \"$PACK/out/each-$(echo \"$CRUCIBLE_TASK\" | tr '/[]' '___')\"; python3 -c 'import json,os; print(json.load(open(os.environ[\"CRUCIBLE_INPUTS_FILE\"]))[\"item\"])' > f.txt; echo '{}'",
+            "depends_on = [\"src\"]\nover = \"src.items\"\nmax_fanout = 4\nisolated = true\nemits_files = [\"f.txt\"]"
+        ),
+        command(
+            "use",
+            &format!(
+                "mkdir -p \"$PACK/res\"; cat inputs/*/f.txt | sort | tr '\\n' ' ' > \"$PACK/res/staged\"; ls inputs | sort | tr '\\n' ' ' > \"$PACK/res/dirs\"; {save}"
+            ),
+            "depends_on = [\"each\"]"
+        ),
+    ))
+}
+
+/// A result file the consumer wrote into the pack's `res/`, removed so the pack (and its
+/// digest, which a resume checks) is as it was.
+fn take_res(p: &Pack, name: &str) -> String {
+    let path = p.path().join("res").join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(path).unwrap();
+    text
+}
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN, C-TASK-FILES: each instance's set lives under
+// its escaped key; a resume stages the folded instances' sets to the consumer without running
+// them again, and a rerun reusing the node copies every instance's set and stages it as live.
+#[test]
+fn mapped_instance_sets_survive_resume_and_rerun() {
+    let p = mapped_files_pack();
+    assert_eq!(p.run(&[]).code, 0);
+    let want = "a/b c ";
+    assert_eq!(take_res(&p, "staged"), want);
+    assert_eq!(take_res(&p, "dirs"), "each[a%2Fb] each[c] ");
+    cut_after(&p, "each");
+    take_saved(&p);
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(take_res(&p, "staged"), want);
+    assert_eq!(
+        take_saved(&p),
+        BTreeSet::from(["use".to_string()]),
+        "no instance ran again"
+    );
+    let parent = current(&p);
+
+    let r = rerun(&p, &parent, &["use"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(take_res(&p, "staged"), want);
+    assert_eq!(
+        take_saved(&p),
+        BTreeSet::from(["use".to_string()]),
+        "the node was reused"
+    );
+    assert!(run_dir(&p).join("files/each[a%2Fb]/f.txt").is_file());
+    assert_eq!(p.row("each[a/b]")["reused_from"], parent.as_str());
+}
