@@ -478,3 +478,48 @@ fn mapped_instance_sets_survive_resume_and_rerun() {
     assert!(run_dir(&p).join("files/each[a%2Fb]/f.txt").is_file());
     assert_eq!(p.row("each[a/b]")["reused_from"], parent.as_str());
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-LANE: the declared files a resume restores are part of
+// the rebuilt workspace, not some task's change: a failing task's discard after the resume
+// keeps them, and the next passing task's commit does not claim them.
+#[test]
+fn restored_files_survive_a_failing_task_and_are_no_tasks_change() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        command(
+            "good",
+            "mkdir -p d; echo good > d/good.txt; echo '{}'",
+            "emits_files = [\"d/good.txt\"]"
+        ),
+        command(
+            "flaky",
+            "echo junk > junk.txt; exit 1",
+            "depends_on = [\"good\"]\nrequired = false"
+        ),
+        command(
+            "after",
+            "mkdir -p \"$PACK/res\"; cat d/good.txt > \"$PACK/res/after\"; echo x > after.txt; echo '{}'",
+            "depends_on = [\"good\", \"flaky\"]\njoin = \"settled\""
+        ),
+    ));
+    assert_eq!(p.run(&[]).code, 0);
+    assert_eq!(take_res(&p, "after"), "good\n");
+    cut_after(&p, "good");
+    take_saved(&p);
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(p.row("flaky")["status"], "fail");
+    assert_eq!(
+        take_res(&p, "after"),
+        "good\n",
+        "the restored file outlived flaky's discard"
+    );
+    let out = std::process::Command::new("git")
+        .args(["show", "--name-only", "--format=%s", "HEAD"])
+        .current_dir(p.workspace())
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(head.trim(), "task after\n\nafter.txt", "{head}");
+}

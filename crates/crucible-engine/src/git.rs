@@ -287,6 +287,18 @@ fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oi
     Ok(Some(oid))
 }
 
+/// RFC-0002:C-PLAYBOOK-RESUME: commits the declared files a resume put back into the rebuilt
+/// workspace as part of its starting state, so that a failing task's discard keeps them and no
+/// task's commit claims them. Returns the commit, or `None` when nothing was restored.
+pub fn commit_restored(ws: &Path) -> Result<Option<Oid>, GitError> {
+    let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
+    commit_all(
+        &repo,
+        "crucible: declared files of folded tasks, restored on resume",
+        false,
+    )
+}
+
 /// The run's git memory, opened once: every task's git work goes through this one handle (one
 /// at a time), so no task pays for reopening the repository.
 pub struct Memory(std::sync::Mutex<Repository>);

@@ -253,6 +253,8 @@ pub fn reopen(
             })?;
         }
     }
+    git::commit_restored(ws)
+        .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
     let file = log
         .open_for_append(&path)
         .map_err(|e| RunError::state(format!("session log: {e}")))?;
