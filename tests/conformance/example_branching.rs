@@ -1,27 +1,9 @@
 //! The branching example runs end to end (issue 5; RFC-0002:C-REVISE-LOOP, C-SETTLED-JOIN): it
 //! maps over a discovered list, routes on a finding and revises a draft, on the command backend.
 
-use crate::support::BIN;
+use crate::examples::{copy_dir, repo_root, run_in};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        // A local run of the example leaves these behind; they are not part of it.
-        if name == "workspace" || name == "state" {
-            continue;
-        }
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(&name));
-        } else {
-            std::fs::copy(e.path(), to.join(&name)).unwrap();
-        }
-    }
-}
 
 fn rows(dir: &Path) -> Vec<Value> {
     let current = std::fs::read_to_string(dir.join("state/current")).unwrap();
@@ -41,19 +23,9 @@ fn rows(dir: &Path) -> Vec<Value> {
 #[test]
 fn triage_example_maps_routes_and_revises() {
     let tmp = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/triage");
-    copy_dir(&root, tmp.path());
-    let out = Command::new(BIN)
-        .args(["plan", "run", "--max-cost", "1", "--max-time", "2m"])
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    copy_dir(&repo_root().join("examples/triage"), tmp.path());
+    let (code, text) = run_in(tmp.path(), &["--max-cost", "1", "--max-time", "2m"]);
+    assert_eq!(code, 0, "{text}");
     assert!(text.contains("verdict: valid"), "{text}");
     let rows = rows(tmp.path());
     let status = |task: &str| -> String {

@@ -5,14 +5,14 @@ use crate::support::BIN;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
         .unwrap()
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
@@ -29,7 +29,7 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
+pub(crate) fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
     let out = Command::new(BIN)
         .args(["plan", "run"])
         .args(args)

@@ -1152,19 +1152,8 @@ fn report_row(name: String, report: Report) -> TaskResult {
 
 fn row(t: &Task, status: Status, note: Option<String>) -> TaskResult {
     TaskResult {
-        task: t.name.clone(),
-        status,
         note,
-        output: None,
-        attempts: 0,
-        cost_usd: 0.0,
-        secs: 0.0,
-        score: None,
-        files: false,
-        blocked: None,
-        reused_from: None,
-        refused: None,
-        transport: None,
+        ..TaskResult::new(t.name.clone(), status)
     }
 }
 

@@ -343,19 +343,8 @@ mod tests {
     fn row(task: &str) -> String {
         encode(
             &Event::TaskResult(TaskResult {
-                task: task.into(),
-                status: Status::Pass,
-                note: None,
-                output: None,
                 attempts: 1,
-                cost_usd: 0.0,
-                secs: 0.0,
-                score: None,
-                files: false,
-                blocked: None,
-                reused_from: None,
-                refused: None,
-                transport: None,
+                ..TaskResult::new(task, Status::Pass)
             }),
             "2026-11-30T00:00:01.000Z",
         )

@@ -168,6 +168,28 @@ pub struct TaskResult {
     pub transport: Option<String>,
 }
 
+impl TaskResult {
+    /// A row for `task` settling as `status`, with nothing else recorded yet: no note, output,
+    /// attempt or spend.
+    pub fn new(task: impl Into<String>, status: Status) -> TaskResult {
+        TaskResult {
+            task: task.into(),
+            status,
+            note: None,
+            output: None,
+            attempts: 0,
+            cost_usd: 0.0,
+            secs: 0.0,
+            score: None,
+            files: false,
+            blocked: None,
+            reused_from: None,
+            refused: None,
+            transport: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Ask {
     pub key: String,
