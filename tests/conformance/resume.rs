@@ -884,3 +884,46 @@ fn the_workspace_is_rebuilt_from_the_pristine_checkout() {
     assert_eq!(ledger.entries(), ["look"]);
     assert_eq!(std::fs::read_to_string(&readme).unwrap(), "upstream\n");
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-BUDGET: an attempt the SIGKILLed engine left running
+// would go on working (and spending) outside every ceiling; the resume kills its whole group
+// before anything else, then runs the task again.
+#[test]
+fn a_resume_kills_what_the_dead_engine_left_running() {
+    let outside = tempfile::tempdir().unwrap();
+    let o = outside.path().display();
+    let p = crate::support::Pack::playbook(&crate::support::command(
+        "slow",
+        &format!(
+            "if [ -e {o}/second ]; then echo '{{}}'; exit 0; fi; touch {o}/second; sleep 300 & echo $! > {o}/bg.pid; touch {o}/started; wait"
+        ),
+        "",
+    ));
+    let mut child = p
+        .command(&p.run_args(&[]))
+        .0
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::support::wait_for_file(&outside.path().join("started"), 20);
+    child.kill().unwrap(); // SIGKILL: no stop, no shutdown
+    child.wait().unwrap();
+    let pid: u32 = std::fs::read_to_string(outside.path().join("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !crate::support::process_gone(pid),
+        "the orphan outlived the engine"
+    );
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        crate::support::process_gone(pid),
+        "the resume killed the orphan's group"
+    );
+    assert_eq!(p.row("slow")["status"], "pass");
+}

@@ -338,6 +338,7 @@ pub async fn execute(
         .take_over(&folded)
         .map_err(state_err("declared files"))?;
     let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
+    crate::proc::record_groups_in(&run_dir.join("groups")).map_err(state_err("groups"))?;
     observer.run_started(&run_id, &run_dir);
 
     let (tx, mut rx) = mpsc::unbounded_channel();

@@ -47,18 +47,77 @@ const GRACE: Duration = Duration::from_millis(500);
 /// Every live attempt's process group, so a second operator signal can kill them all at once.
 static GROUPS: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
 
+/// Where live groups are also recorded on disk (`runs/<id>/groups/`), one file per group named
+/// by its id and holding its leader's start time: a resume reads it to kill what an engine that
+/// died (SIGKILL, a crash) left running, which would otherwise work and spend outside every
+/// ceiling.
+static GROUP_DIR: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
+
+/// Records live groups under `dir` from now on.
+pub fn record_groups_in(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    *GROUP_DIR.lock().expect("group dir") = Some(dir.to_path_buf());
+    Ok(())
+}
+
 fn register(pgid: i32) {
     GROUPS
         .lock()
         .expect("group registry")
         .get_or_insert_with(HashSet::new)
         .insert(pgid);
+    if let (Some(dir), Some(start)) = (
+        GROUP_DIR.lock().expect("group dir").as_ref(),
+        start_time(pgid),
+    ) {
+        // Best effort: a failed record only loses the clean-up after a crash.
+        let _ = std::fs::write(dir.join(pgid.to_string()), start.to_string());
+    }
 }
 
 fn unregister(pgid: i32) {
     if let Some(set) = GROUPS.lock().expect("group registry").as_mut() {
         set.remove(&pgid);
     }
+    if let Some(dir) = GROUP_DIR.lock().expect("group dir").as_ref() {
+        let _ = std::fs::remove_file(dir.join(pgid.to_string()));
+    }
+}
+
+/// A process's start time (clock ticks since boot, `/proc/<pid>/stat` field 22): with the pid,
+/// it names one process across pid reuse.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    // Fields after the command: state is field 3, so start time (22) is the 20th here.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// RFC-0002:C-PLAYBOOK-RESUME: kills, with KILL, every attempt group an interrupted engine
+/// recorded under `dir` whose leader is still the same process, and forgets every record.
+/// Returns how many groups were killed.
+pub fn kill_recorded_groups(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut killed = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let pgid = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
+        let recorded = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        if let (Some(pgid), Some(start)) = (pgid, recorded) {
+            // Only the very process that led the group: a reused pid is someone else's.
+            if pgid > 0 && start_time(pgid) == Some(start) {
+                // SAFETY: kill(2) on a process group this run created, checked above.
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                killed += 1;
+            }
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    killed
 }
 
 /// Kills every live attempt's process group with KILL, for an immediate exit.

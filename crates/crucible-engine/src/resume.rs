@@ -232,7 +232,9 @@ pub fn reopen(
             r.task
         )));
     }
-    // Worktrees of isolated attempts the interruption left behind: never reused.
+    // Attempts the interrupted engine left running would go on working, and spending, outside
+    // every ceiling: they die before anything is rebuilt. Their worktrees are never reused.
+    crate::proc::kill_recorded_groups(&run_dir.join("groups"));
     let _ = std::fs::remove_dir_all(run_dir.join("worktrees"));
     git::reopen(ws, &run_dir.join("memory"))
         .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
