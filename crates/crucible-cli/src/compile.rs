@@ -283,6 +283,15 @@ fn print_deadlines(plan: &Plan) {
             duration::format(t.timeout_secs.unwrap_or_default())
         );
     }
+    let unbounded = plan
+        .tasks
+        .iter()
+        .filter(|t| t.timeout_secs.is_none())
+        .count();
+    if unbounded > 0 {
+        // RFC-0002:C-PLAYBOOK-BUDGET: the ceiling is every attempt's default deadline.
+        println!("  every attempt of the other {unbounded} task(s): the --max-time ceiling");
+    }
     println!(
         "  engine: max_fanout <= {}, revise rounds {}..={}, repair <= {}, history <= {}, transport retries {}",
         ceilings::MAX_FANOUT,
