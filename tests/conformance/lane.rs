@@ -400,3 +400,16 @@ fn state_inside_the_workspace_is_refused() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("overlap"), "{}", r.stderr);
 }
+
+// RFC-0002:C-PLAYBOOK-LANE: a playbook executes its graph exactly once; a requested iteration
+// count above one is refused before any dispatch, never silently ignored.
+#[test]
+fn an_iteration_count_above_one_is_refused() {
+    let p = Pack::playbook(&command("a", "touch \"$PACK/ran\"; echo '{}'", ""));
+    let r = p.run(&["--iterations", "3"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("exactly once"), "{}", r.stderr);
+    assert!(!p.path().join("ran").exists());
+    let r = p.run(&["--iterations", "1"]);
+    assert_eq!(r.code, 0, "{r:?}");
+}

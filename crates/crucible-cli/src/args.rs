@@ -131,6 +131,10 @@ pub struct RunArgs {
     /// Run agent turns through this command instead of a harness.
     #[arg(long = "agent-cmd")]
     pub agent_cmd: Option<String>,
+    /// Iterations of the graph: a playbook runs exactly once, so anything above 1 is refused
+    /// rather than ignored (RFC-0002:C-PLAYBOOK-LANE).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub iterations: u32,
     #[arg(long)]
     pub harness: Option<String>,
     #[arg(long)]

@@ -36,6 +36,12 @@ pub fn plan_rerun(args: &RerunArgs) -> Result<ExitCode> {
 }
 
 fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
+    if args.iterations != 1 {
+        bail!(
+            "--iterations {}: a playbook runs its graph exactly once (RFC-0002:C-PLAYBOOK-LANE); nothing was dispatched",
+            args.iterations
+        );
+    }
     // Absolute paths: tasks run in the workspace, and every path handed to them must hold there.
     let manifest_path = std::path::absolute(&args.manifest)
         .with_context(|| format!("{}", args.manifest.display()))?;
