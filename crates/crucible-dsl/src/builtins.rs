@@ -994,19 +994,8 @@ pub fn routes(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<Value<'v>> {
         let mut a = Args::new(eval, "noul", Vec::new(), &[], kwargs, &["ask", "drop"])?;
         let q = Question {
-            kind: QuestionKind::Noul,
-            ask: a.str("ask")?.unwrap_or_default(),
-            labels: ["yes", "no"]
-                .iter()
-                .map(|l| Label {
-                    value: l.to_string(),
-                    description: None,
-                })
-                .collect(),
-            options_from: None,
-            source: None,
-            multiple: false,
             drop: a.str_or_list("drop")?.unwrap_or_default(),
+            ..Question::noul(a.str("ask")?.unwrap_or_default())
         };
         Ok(question(&a, eval, q))
     }
@@ -1037,13 +1026,11 @@ pub fn routes(builder: &mut GlobalsBuilder) {
             None => (question_labels(&a, "options", opts)?, None),
         };
         let q = Question {
-            kind: QuestionKind::Choice,
-            ask,
             labels,
             options_from,
-            source: None,
             multiple: a.bool("multiple")?.unwrap_or(false),
             drop: a.str_or_list("drop")?.unwrap_or_default(),
+            ..Question::new(QuestionKind::Choice, ask)
         };
         Ok(question(&a, eval, q))
     }
@@ -1065,13 +1052,9 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         let lv = a.require("levels", lv)?;
         let labels = question_labels(&a, "levels", lv)?;
         let q = Question {
-            kind: QuestionKind::Score,
-            ask,
             labels,
-            options_from: None,
-            source: None,
-            multiple: false,
             drop: a.str_or_list("drop")?.unwrap_or_default(),
+            ..Question::new(QuestionKind::Score, ask)
         };
         Ok(question(&a, eval, q))
     }
@@ -1098,13 +1081,9 @@ pub fn routes(builder: &mut GlobalsBuilder) {
             ));
         };
         let q = Question {
-            kind: QuestionKind::Pick,
-            ask,
-            labels: Vec::new(),
-            options_from: None,
             source: Some(FieldRef { task, field }),
             multiple: a.bool("multiple")?.unwrap_or(false),
-            drop: Vec::new(),
+            ..Question::new(QuestionKind::Pick, ask)
         };
         Ok(question(&a, eval, q))
     }

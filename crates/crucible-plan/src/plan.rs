@@ -507,6 +507,27 @@ pub struct Question {
 }
 
 impl Question {
+    /// A question of `kind` asking `ask`, with no labels, source or drops yet.
+    pub fn new(kind: QuestionKind, ask: impl Into<String>) -> Question {
+        Question {
+            kind,
+            ask: ask.into(),
+            labels: Vec::new(),
+            options_from: None,
+            source: None,
+            multiple: false,
+            drop: Vec::new(),
+        }
+    }
+
+    /// A yes/no question: a noul's labels are fixed.
+    pub fn noul(ask: impl Into<String>) -> Question {
+        Question {
+            labels: vec![Label::new("yes"), Label::new("no")],
+            ..Question::new(QuestionKind::Noul, ask)
+        }
+    }
+
     /// Every answer this question can give, `uncertain` included (none for a pick).
     pub fn answers(&self) -> Vec<String> {
         if self.kind == QuestionKind::Pick {
@@ -524,4 +545,14 @@ pub struct Label {
     pub value: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+impl Label {
+    /// A label without a description.
+    pub fn new(value: impl Into<String>) -> Label {
+        Label {
+            value: value.into(),
+            description: None,
+        }
+    }
 }

@@ -190,8 +190,8 @@ pub fn to_mermaid(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{FieldRef, FieldType, FileDecl, Label, Question, RouteSpec, When};
-    use crate::vocab::{Join, QuestionKind, Stage, WorkflowType};
+    use crate::plan::{FieldRef, FieldType, FileDecl, Question, RouteSpec, When};
+    use crate::vocab::{Join, Stage, WorkflowType};
     use std::collections::BTreeMap;
 
     fn sample() -> Plan {
@@ -217,27 +217,7 @@ mod tests {
         let mut g = Task::new("gate", TaskKind::Route);
         g.depends_on = vec!["draft".into()];
         g.route = Some(RouteSpec {
-            questions: BTreeMap::from([(
-                "ok".into(),
-                Question {
-                    kind: QuestionKind::Noul,
-                    ask: "ok?".into(),
-                    labels: vec![
-                        Label {
-                            value: "yes".into(),
-                            description: None,
-                        },
-                        Label {
-                            value: "no".into(),
-                            description: None,
-                        },
-                    ],
-                    options_from: None,
-                    source: None,
-                    multiple: false,
-                    drop: vec![],
-                },
-            )]),
+            questions: BTreeMap::from([("ok".into(), Question::noul("ok?"))]),
             min_confidence: Some(0.7),
             source: None,
             human: false,

@@ -1676,7 +1676,7 @@ pub fn did_you_mean<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Label, RouteSpec, When};
+    use crate::plan::{RouteSpec, When};
 
     fn cmd(name: &str, deps: &[&str]) -> Task {
         let mut t = Task::new(name, TaskKind::Command);
@@ -1767,22 +1767,8 @@ mod tests {
         let mut g = Task::new("g", TaskKind::Route);
         g.depends_on = vec!["a".into()];
         let q = crate::Question {
-            kind: QuestionKind::Noul,
-            ask: String::new(),
-            labels: vec![
-                Label {
-                    value: "yes".into(),
-                    description: None,
-                },
-                Label {
-                    value: "no".into(),
-                    description: None,
-                },
-            ],
-            options_from: None,
-            source: None,
-            multiple: false,
             drop: vec!["uncertain".into()],
+            ..crate::Question::noul("")
         };
         g.route = Some(RouteSpec {
             questions: BTreeMap::from([("ok".into(), q)]),

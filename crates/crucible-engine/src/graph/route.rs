@@ -615,23 +615,13 @@ mod tests {
     use crucible_plan::{FieldRef, Status};
 
     fn labels(ls: &[&str]) -> Vec<Label> {
-        ls.iter()
-            .map(|l| Label {
-                value: l.to_string(),
-                description: None,
-            })
-            .collect()
+        ls.iter().map(|l| Label::new(*l)).collect()
     }
 
     fn q(kind: QuestionKind, ls: &[&str]) -> Question {
         Question {
-            kind,
-            ask: format!("{kind:?}?"),
             labels: labels(ls),
-            options_from: None,
-            source: None,
-            multiple: false,
-            drop: Vec::new(),
+            ..Question::new(kind, format!("{kind:?}?"))
         }
     }
 
