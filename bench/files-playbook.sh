@@ -13,14 +13,8 @@
 # two `cp -r` of the tree (one is printed as well). Best of REPS (default 3), caches warm.
 set -euo pipefail
 
-BIN=${1:-${CRUCIBLE:-}}
-if [ -z "$BIN" ]; then
-  TGT=${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}
-  for c in "$TGT/release/crucible" "$TGT/debug/crucible"; do
-    if [ -x "$c" ]; then BIN=$c; break; fi
-  done
-fi
-[ -x "${BIN:-}" ] || { echo "build crucible first (cargo build -p crucible-cli) or pass its path" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 FILES=${FILES:-1000}
 TOTAL_MIB=${TOTAL_MIB:-200}

@@ -12,14 +12,8 @@
 # extra time per task (the engine's overhead over make on the same processes).
 set -euo pipefail
 
-BIN=${1:-${CRUCIBLE:-}}
-if [ -z "$BIN" ]; then
-  TGT=${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}
-  for c in "$TGT/release/crucible" "$TGT/debug/crucible"; do
-    if [ -x "$c" ]; then BIN=$c; break; fi
-  done
-fi
-[ -x "${BIN:-}" ] || { echo "build crucible first (cargo build -p crucible-cli) or pass its path" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 command -v make >/dev/null || { echo "make is required" >&2; exit 1; }
 
 WORK=$(mktemp -d)

@@ -416,19 +416,9 @@ mod tests {
             ],
         };
         let row = |task: &str, cost_usd: f64| TaskResult {
-            task: task.into(),
-            status: Status::Pass,
-            note: None,
-            output: None,
             attempts: 1,
             cost_usd,
-            secs: 0.0,
-            score: None,
-            files: false,
-            blocked: None,
-            reused_from: None,
-            refused: None,
-            transport: None,
+            ..TaskResult::new(task, Status::Pass)
         };
         let mut reused = row("src", 8.0);
         reused.reused_from = Some("parent".into());

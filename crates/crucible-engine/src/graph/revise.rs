@@ -360,19 +360,12 @@ mod tests {
 
     fn row(task: &str, status: Status, cost: f64) -> TaskResult {
         TaskResult {
-            task: task.into(),
-            status,
             note: (status != Status::Pass).then(|| format!("{task} {status}")),
             output: Some(json!({"by": task})),
             attempts: 1,
             cost_usd: cost,
             secs: 1.0,
-            score: None,
-            files: false,
-            blocked: None,
-            reused_from: None,
-            refused: None,
-            transport: None,
+            ..TaskResult::new(task, status)
         }
     }
 
