@@ -1,7 +1,7 @@
 //! RFC-0002:C-PLAYBOOK-BUDGET: both ceilings, per-attempt deadlines, the cost rule and the
 //! wall-clock rule.
 
-use crate::support::{command, process_gone, Pack};
+use crate::support::{command, process_gone, read_pid, Pack};
 use serde_json::json;
 
 // RFC-0002:C-PLAYBOOK-BUDGET: a missing ceiling is refused before any dispatch (exit 1).
@@ -56,11 +56,7 @@ fn timeout_kills_the_group_and_fails_without_retry() {
     assert_eq!(hang["status"], "fail");
     assert_eq!(hang["note"], "timed out: the task ran past its 1s limit");
     assert_eq!(hang["attempts"], 1);
-    let pid: u32 = std::fs::read_to_string(p.path().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid(&p.path().join("bg.pid"));
     assert!(process_gone(pid), "the background sleep {pid} survived");
 }
 
@@ -112,11 +108,7 @@ fn wall_clock_ceiling_kills_and_blocks_everything() {
         ),
         (Some("budget"), Some("wall_clock"), Some("invalid"))
     );
-    let pid: u32 = std::fs::read_to_string(p.path().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid(&p.path().join("bg.pid"));
     assert!(process_gone(pid));
 }
 

@@ -909,11 +909,7 @@ fn a_resume_kills_what_the_dead_engine_left_running() {
     crate::support::wait_for_file(&outside.path().join("started"), 20);
     child.kill().unwrap(); // SIGKILL: no stop, no shutdown
     child.wait().unwrap();
-    let pid: u32 = std::fs::read_to_string(outside.path().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = crate::support::read_pid(&outside.path().join("bg.pid"));
     assert!(
         !crate::support::process_gone(pid),
         "the orphan outlived the engine"

@@ -1,7 +1,7 @@
 //! Operator stop (RFC-0002:C-PLAYBOOK-LANE outcomes): SIGTERM kills attempts in flight, writes
 //! the `stopped` shutdown, skips the epilogue, and the verdict is invalid.
 
-use crate::support::{command, process_gone, wait_for_file, Pack};
+use crate::support::{command, process_gone, read_pid, wait_for_file, Pack};
 use std::process::Stdio;
 
 #[test]
@@ -34,11 +34,7 @@ fn sigterm_stops_the_run() {
         !p.workspace().join("half.txt").exists(),
         "an unsettled task commits nothing"
     );
-    let pid: u32 = std::fs::read_to_string(p.path().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid(&p.path().join("bg.pid"));
     assert!(process_gone(pid));
 }
 
@@ -73,11 +69,7 @@ fn a_second_signal_exits_at_once_and_kills_every_attempt() {
         .map(|l| l["kind"].as_str().unwrap_or("").to_string())
         .collect();
     assert!(!kinds.iter().any(|k| k == "shutdown"), "{kinds:?}");
-    let pid: u32 = std::fs::read_to_string(p.path().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid(&p.path().join("bg.pid"));
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !process_gone(pid) {
         assert!(

@@ -175,6 +175,15 @@ pub fn process_gone(pid: u32) -> bool {
 }
 
 /// Blocks until `path` exists (the event a test waits for), failing after `secs`.
+/// The process id a task wrote to `path`.
+pub fn read_pid(path: &Path) -> u32 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
 pub fn wait_for_file(path: &Path, secs: u64) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     while !path.exists() {
