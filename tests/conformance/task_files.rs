@@ -557,6 +557,52 @@ fn isolated_producers_files_reach_dependents() {
     assert!(!committed_paths(&p).contains("art/x.bin"));
 }
 
+// RFC-0002:C-TASK-FILES: an isolated producer's files are moved out of its disposable checkout
+// only when nothing holds them open for writing. Here the task leaves a process behind (escaped
+// from its process group) that holds one declared file open and writes to it after the task
+// ended: neither the published set nor the consumer's staged copy sees that write.
+#[test]
+fn a_writer_left_behind_by_an_isolated_producer_cannot_change_its_set() {
+    let linger = "setsid sh -c 'exec 3>>art/x.bin; touch art/.held; sleep 1; \
+                  printf LATE >&3 && touch \"$PACK/late.written\"' </dev/null >/dev/null 2>&1 &";
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        command(
+            "iso",
+            &format!(
+                "mkdir -p art && printf built > art/x.bin && printf kept > art/y.bin; {linger} \
+                 while [ ! -e art/.held ]; do sleep 0.01; done; echo '{{}}'"
+            ),
+            "emits_files = [\"art/x.bin\", \"art/y.bin\"]\nisolated = true"
+        ),
+        command(
+            "use",
+            "for i in $(seq 100); do [ -e \"$PACK/late.written\" ] && break; sleep 0.05; done; \
+             cat inputs/iso/art/x.bin > \"$PACK/seen\"; echo '{}'",
+            "depends_on = [\"iso\"]"
+        ),
+    ));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        p.path().join("late.written").exists(),
+        "the process left behind did not write"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("seen")).unwrap(),
+        "built"
+    );
+    let set = set(&p, "iso");
+    assert_eq!(
+        std::fs::read_to_string(set.join("art/x.bin")).unwrap(),
+        "built"
+    );
+    assert_eq!(
+        std::fs::read_to_string(set.join("art/y.bin")).unwrap(),
+        "kept"
+    );
+}
+
 // RFC-0002:C-SETTLED-JOIN: a set that cannot be staged whole blocks the consumer with
 // `staging_refused` naming the producer, and nothing partial is left in its workspace.
 #[test]

@@ -202,6 +202,8 @@ impl RunFiles {
             decls: &task.emits_files,
             files_dir: &self.dir,
             dir_name: name,
+            // An isolated task's checkout is removed right after (coord's cleanup).
+            disposable: task.isolated,
         };
         let captured = match &self.hook {
             Some(hook) => files::capture_observed(&req, mode, &self.budget, &mut |path| {

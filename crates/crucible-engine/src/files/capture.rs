@@ -2,24 +2,28 @@
 //! RFC-0002:C-SETTLED-JOIN).
 //!
 //! A set is all or nothing: every declared path is opened by the confined walk and copied from
-//! the checked descriptor into a temporary directory inside `files/`, which is renamed over
+//! the checked descriptor (or, out of a disposable root, moved: see [`adopt`](super::adopt))
+//! into a temporary directory inside `files/`, which is renamed over
 //! `files/<dir>/` only when the whole set is good. Any problem publishes none of it and removes
 //! whatever set the task published before, so a stale set is never staged as this attempt's.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{self as rfs, Mode as FsMode};
 use sha2::{Digest, Sha256};
 
 use crucible_plan::FileDecl;
 
+use super::adopt::adopt;
 use super::confine::{components, open_confined, open_dir, Walk};
+use super::pool::in_parallel;
 use super::tree::{
     copy_into, entries, is_temp, mkdir_p_at, open_subdir, publish_at, remove_tree_at, seal_dirs,
     temp_name,
@@ -231,6 +235,9 @@ pub struct CaptureRequest<'a> {
     pub files_dir: &'a Path,
     /// The producer's directory name, from [`dir_name`](super::dir_name).
     pub dir_name: &'a str,
+    /// `workspace` is thrown away once captured (an isolated task's checkout), so a checked file
+    /// may be moved out of it rather than copied, where [`adopt`] finds that as safe.
+    pub disposable: bool,
 }
 
 /// One declared path and why it was not captured.
@@ -344,7 +351,7 @@ pub(crate) fn capture_with(
         .map_err(|e| FilesError::io(files_ctx(), e))?;
     let tmp_fd = open_subdir(files.as_fd(), &tmp).map_err(|e| FilesError::io(files_ctx(), e))?;
 
-    let mut charged = 0u64;
+    let charged = AtomicU64::new(0);
     let outcome = fill(
         req,
         mode,
@@ -353,8 +360,9 @@ pub(crate) fn capture_with(
         between_check_and_copy,
         root.as_fd(),
         tmp_fd.as_fd(),
-        &mut charged,
+        &charged,
     );
+    let charged = charged.into_inner();
     let problems = match outcome {
         Ok(problems) => problems,
         Err(e) => {
@@ -384,8 +392,19 @@ pub(crate) fn capture_with(
     }))
 }
 
-/// Copy every declared file into `tmp`, returning the problems found. Once one is found nothing
-/// will be published, so the rest are only checked, not copied.
+/// Where a declared path's problem was found: by the check every path gets, or after its copy
+/// (the bound, its schema, an unchanged failing path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    Check,
+    Copy,
+}
+
+/// Check every declared path in order and copy (or [`adopt`]) each into `tmp`, the copies on a
+/// [`pool`](super::pool) of threads; the problems found, in declaration order. Once a problem is
+/// known nothing will be published, so later paths are only checked, not copied: every check
+/// problem is reported, and the first problem found after a copy only where no earlier path had
+/// one, as a copy in declaration order would find it.
 #[allow(clippy::too_many_arguments)]
 fn fill(
     req: &CaptureRequest<'_>,
@@ -395,80 +414,136 @@ fn fill(
     hook: &mut dyn FnMut(&str),
     root: BorrowedFd<'_>,
     tmp: BorrowedFd<'_>,
-    charged: &mut u64,
+    charged: &AtomicU64,
 ) -> Result<Vec<Problem>, FilesError> {
-    let mut problems = Vec::new();
-    let mut seen = BTreeSet::new();
+    let found: Mutex<Vec<(usize, Found, Problem)>> = Mutex::new(Vec::new());
+    let problem = |i: usize, at: Found, p: FileProblem| {
+        let path = req.decls[i].path.clone();
+        let mut found = found.lock().expect("no copy panics holding the problems");
+        found.push((i, at, Problem { path, problem: p }));
+    };
+    let any_problem = || !found.lock().expect("no copy panics").is_empty();
     let ctx = |path: &str| format!("capturing declared file `{path}`");
-    for decl in req.decls {
-        if !seen.insert(decl.path.as_str()) {
-            continue;
-        }
-        let found = |problem| Problem {
-            path: decl.path.clone(),
-            problem,
-        };
-        let opened = match open_confined(root, &decl.path, walk) {
-            Ok(opened) => opened,
-            Err(p) => {
-                problems.push(found(p));
+    in_parallel(|submit| {
+        let mut seen = BTreeSet::new();
+        let mut last_parent: Option<(Vec<&str>, Arc<OwnedFd>)> = None;
+        for (i, decl) in req.decls.iter().enumerate() {
+            if !seen.insert(decl.path.as_str()) {
                 continue;
             }
-        };
-        if !problems.is_empty() {
-            continue;
-        }
-        hook(&decl.path);
-        let segs = components(&decl.path).expect("open_confined checked the path");
-        let (last, dirs) = segs.split_last().expect("at least one component");
-        let parent = mkdir_p_at(tmp, dirs).map_err(|e| FilesError::io(ctx(&decl.path), e))?;
-        let parent = parent.as_ref().map_or(tmp, |fd| fd.as_fd());
-        // Copy until EOF (the size fstat saw may be stale), but at most one byte past the room
-        // left: that byte proves the bound exceeded without copying an oversized file whole.
-        let room = budget.remaining();
-        let mut src = (&opened).take(room.saturating_add(1));
-        let copied = copy_into(&mut src, parent, OsStr::new(last))
-            .map_err(|e| FilesError::io(ctx(&decl.path), e))?;
-        if copied > room || !budget.try_charge(copied) {
-            problems.push(found(FileProblem::OverBound {
-                limit: budget.limit(),
-            }));
-            break;
-        }
-        *charged += copied;
-        let captured = || -> Result<File, FilesError> {
-            let fd = rfs::openat(
-                parent,
-                *last,
-                rfs::OFlags::RDONLY | rfs::OFlags::NOFOLLOW | rfs::OFlags::CLOEXEC,
-                FsMode::empty(),
-            )
-            .map_err(|e| FilesError::io(ctx(&decl.path), e))?;
-            Ok(File::from(fd))
-        };
-        match mode {
-            Mode::Passing => {
-                if let Some(schema) = &decl.schema {
-                    if let Some(p) = validate(&mut captured()?, schema)
-                        .map_err(|e| FilesError::io(ctx(&decl.path), e))?
+            let opened = match open_confined(root, &decl.path, walk) {
+                Ok(opened) => opened,
+                Err(p) => {
+                    problem(i, Found::Check, p);
+                    continue;
+                }
+            };
+            if any_problem() {
+                continue;
+            }
+            hook(&decl.path);
+            let io_err = |e| FilesError::io(ctx(&decl.path), e);
+            let segs = components(&decl.path).expect("open_confined checked the path");
+            let (last, dirs) = segs.split_last().expect("at least one component");
+            // Declared paths usually come directory by directory: reuse the last one's.
+            let parent = match &last_parent {
+                Some((held, fd)) if held.as_slice() == dirs => Arc::clone(fd),
+                _ => {
+                    let fd = match mkdir_p_at(tmp, dirs).map_err(io_err)? {
+                        Some(fd) => fd,
+                        None => tmp.try_clone_to_owned().map_err(io_err)?,
+                    };
+                    let fd = Arc::new(fd);
+                    last_parent = Some((dirs.to_vec(), Arc::clone(&fd)));
+                    fd
+                }
+            };
+            let last = OsString::from(*last);
+            if req.disposable {
+                if let Some(bytes) =
+                    adopt(root, &segs, walk, &opened, parent.as_fd(), &last).map_err(io_err)?
+                {
+                    if !budget.try_charge(bytes) {
+                        let limit = budget.limit();
+                        problem(i, Found::Copy, FileProblem::OverBound { limit });
+                        continue;
+                    }
+                    charged.fetch_add(bytes, Ordering::SeqCst);
+                    if let Some(p) =
+                        after_copy(decl, mode, parent.as_fd(), &last).map_err(io_err)?
                     {
-                        problems.push(found(p));
+                        problem(i, Found::Copy, p);
                     }
+                    continue;
                 }
             }
-            Mode::Failing(before) => {
-                let prior = before.held.get(&decl.path).unwrap_or(&Held::Absent);
-                if let Held::Content(old) = prior {
-                    let now =
-                        digest(&mut captured()?).map_err(|e| FilesError::io(ctx(&decl.path), e))?;
-                    if now == *old {
-                        problems.push(found(FileProblem::Unchanged));
-                    }
+            let (problem, decl) = (&problem, &req.decls[i]);
+            let more = submit(Box::new(move || {
+                let io_err = |e| FilesError::io(ctx(&decl.path), e);
+                // Copy until EOF (the size fstat saw may be stale), but at most one byte past
+                // the room left: that byte proves the bound exceeded without copying an
+                // oversized file whole.
+                let room = budget.remaining();
+                let mut src = (&opened).take(room.saturating_add(1));
+                let copied = copy_into(&mut src, parent.as_fd(), &last).map_err(io_err)?;
+                if copied > room || !budget.try_charge(copied) {
+                    let limit = budget.limit();
+                    problem(i, Found::Copy, FileProblem::OverBound { limit });
+                    return Ok(());
                 }
+                charged.fetch_add(copied, Ordering::SeqCst);
+                if let Some(p) = after_copy(decl, mode, parent.as_fd(), &last).map_err(io_err)? {
+                    problem(i, Found::Copy, p);
+                }
+                Ok(())
+            }));
+            if !more {
+                break;
             }
         }
+        Ok(())
+    })?;
+    let mut found = found
+        .into_inner()
+        .expect("no copy panics holding the problems");
+    found.sort_by_key(|(i, at, _)| (*i, *at == Found::Copy));
+    let first = found.first().map(|(i, _, _)| *i);
+    Ok(found
+        .into_iter()
+        .filter(|(i, at, _)| *at == Found::Check || Some(*i) == first)
+        .map(|(_, _, p)| p)
+        .collect())
+}
+
+/// What the captured copy `name` in `parent` owes once copied: a passing attempt's schema'd file
+/// must be admitted by its schema, a failing attempt's path must have changed since the snapshot.
+fn after_copy(
+    decl: &FileDecl,
+    mode: Mode<'_>,
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+) -> io::Result<Option<FileProblem>> {
+    let captured = || -> io::Result<File> {
+        let flags = rfs::OFlags::RDONLY | rfs::OFlags::NOFOLLOW | rfs::OFlags::CLOEXEC;
+        Ok(File::from(rfs::openat(
+            parent,
+            name,
+            flags,
+            FsMode::empty(),
+        )?))
+    };
+    match mode {
+        Mode::Passing => match &decl.schema {
+            Some(schema) => validate(&mut captured()?, schema),
+            None => Ok(None),
+        },
+        Mode::Failing(before) => match before.held.get(&decl.path).unwrap_or(&Held::Absent) {
+            Held::Content(old) if digest(&mut captured()?)? == *old => {
+                Ok(Some(FileProblem::Unchanged))
+            }
+            _ => Ok(None),
+        },
     }
-    Ok(problems)
 }
 
 /// Parse the captured copy as JSON and validate it (draft 2020-12). Messages mask the value:
@@ -551,6 +626,7 @@ mod tests {
             decls: d,
             files_dir: &s.files,
             dir_name: name,
+            disposable: false,
         }
     }
 
@@ -1021,6 +1097,142 @@ mod tests {
         s.write("out.txt", b"TOP-SECRET-OUTSIDE");
         let set = published(capture(&req(&s, &d, "t"), Mode::Failing(&before), &big()).unwrap());
         assert!(set.dir.join("out.txt").exists());
+    }
+
+    /// The request of an isolated task, whose root is removed once captured.
+    fn disposable<'a>(s: &'a Scene, d: &'a [FileDecl], name: &'a str) -> CaptureRequest<'a> {
+        CaptureRequest {
+            disposable: true,
+            ..req(s, d, name)
+        }
+    }
+
+    fn inode(p: &Path) -> u64 {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::symlink_metadata(p).unwrap())
+    }
+
+    // RFC-0002:C-TASK-FILES: out of a disposable root the checked file itself becomes the
+    // captured copy (moved, not copied), byte for byte and sealed like a copy.
+    #[test]
+    fn a_disposable_root_gives_up_its_files_by_rename() {
+        for walk in test_walks() {
+            let s = Scene::new();
+            s.write("out/deep/a.bin", &[7u8; 100_000]);
+            s.write("b.txt", b"bee");
+            let was = (
+                inode(&s.ws.join("out/deep/a.bin")),
+                inode(&s.ws.join("b.txt")),
+            );
+            let d = decls(&["out/deep/a.bin", "b.txt"]);
+            let budget = big();
+            let captured = capture_with(
+                &disposable(&s, &d, "t"),
+                Mode::Passing,
+                &budget,
+                walk,
+                &mut |_| {},
+            );
+            let set = published(captured.unwrap());
+            assert_eq!(set.bytes, 100_003, "{walk:?}");
+            assert_eq!(budget.used(), 100_003);
+            let (a, b) = (set.dir.join("out/deep/a.bin"), set.dir.join("b.txt"));
+            assert_eq!((inode(&a), inode(&b)), was, "{walk:?}: moved, not copied");
+            assert_eq!(std::fs::read(&a).unwrap(), vec![7u8; 100_000]);
+            assert_eq!(std::fs::read(&b).unwrap(), b"bee");
+            assert_eq!((mode(&a), mode(&b)), (FILE_MODE, FILE_MODE));
+            assert_eq!(mode(&set.dir.join("out/deep")), DIR_MODE);
+            assert!(!s.ws.join("b.txt").exists());
+        }
+    }
+
+    // RFC-0002:C-TASK-FILES: a file some process still holds open for writing (a process the
+    // task left behind, say) is copied, so what it writes later never reaches the set.
+    #[test]
+    fn a_file_with_a_writer_left_behind_is_copied_not_moved() {
+        use std::io::Write;
+        let s = Scene::new();
+        s.write("out.txt", b"final\n");
+        let was = inode(&s.ws.join("out.txt"));
+        let mut writer = std::fs::OpenOptions::new()
+            .append(true)
+            .open(s.ws.join("out.txt"))
+            .unwrap();
+        let d = decls(&["out.txt"]);
+        let set = published(capture(&disposable(&s, &d, "t"), Mode::Passing, &big()).unwrap());
+        let got = set.dir.join("out.txt");
+        assert_ne!(inode(&got), was, "a file with a writer must not be adopted");
+        writer.write_all(b"written after the capture\n").unwrap();
+        assert_eq!(std::fs::read(&got).unwrap(), b"final\n");
+        assert_eq!(mode(&got), FILE_MODE);
+    }
+
+    // RFC-0002:C-TASK-FILES: a file swapped for a link after the check is not adopted: the link
+    // that the rename moved is dropped, the checked descriptor is copied, and the link's target
+    // outside the root is neither read nor touched.
+    #[test]
+    fn a_swap_after_the_check_is_not_adopted() {
+        for walk in test_walks() {
+            let s = Scene::new();
+            s.write("dir/out.txt", b"what the task wrote");
+            let d = decls(&["dir/out.txt"]);
+            let (ws, secret) = (s.ws.clone(), s.outside.join("secret"));
+            let mut swap = |path: &str| {
+                std::fs::remove_file(ws.join(path)).unwrap();
+                symlink(&secret, ws.join(path)).unwrap();
+            };
+            let req = disposable(&s, &d, "t");
+            let set =
+                published(capture_with(&req, Mode::Passing, &big(), walk, &mut swap).unwrap());
+            let got = set.dir.join("dir/out.txt");
+            assert!(
+                std::fs::symlink_metadata(&got).unwrap().is_file(),
+                "{walk:?}"
+            );
+            assert_eq!(std::fs::read(&got).unwrap(), b"what the task wrote");
+            assert_eq!(std::fs::read(&secret).unwrap(), b"TOP-SECRET-OUTSIDE");
+        }
+    }
+
+    // RFC-0002:C-TASK-FILES: a directory on the way swapped for a link after the check cannot
+    // steer the rename outside the root: the rename walks the directories confined again.
+    #[test]
+    fn a_directory_swapped_for_a_link_cannot_steer_the_rename() {
+        for walk in test_walks() {
+            let s = Scene::new();
+            s.write("dir/secret", b"what the task wrote");
+            let d = decls(&["dir/secret"]);
+            let (ws, outside) = (s.ws.clone(), s.outside.clone());
+            let mut swap = |_: &str| {
+                std::fs::rename(ws.join("dir"), ws.join("moved")).unwrap();
+                symlink(&outside, ws.join("dir")).unwrap();
+            };
+            let req = disposable(&s, &d, "t");
+            let set =
+                published(capture_with(&req, Mode::Passing, &big(), walk, &mut swap).unwrap());
+            assert_eq!(
+                std::fs::read(set.dir.join("dir/secret")).unwrap(),
+                b"what the task wrote"
+            );
+            // The file outside the root stayed where it was.
+            assert_eq!(
+                std::fs::read(s.outside.join("secret")).unwrap(),
+                b"TOP-SECRET-OUTSIDE",
+                "{walk:?}"
+            );
+        }
+    }
+
+    // RFC-0002:C-TASK-FILES: an adopted file counts against the run-total bound like a copy.
+    #[test]
+    fn an_adopted_file_over_the_bound_refuses_the_set() {
+        let s = Scene::new();
+        s.write("big.bin", &[1u8; 4096]);
+        let d = decls(&["big.bin"]);
+        let budget = FilesBudget::new(4095);
+        let f = refused(capture(&disposable(&s, &d, "t"), Mode::Passing, &budget).unwrap());
+        assert_eq!(f.over_bound(), Some(4095));
+        assert_eq!(budget.used(), 0);
+        assert!(!s.files.join("t").exists());
     }
 
     #[test]

@@ -144,20 +144,10 @@ fn walk_components(root: BorrowedFd<'_>, segs: &[&str]) -> Result<OwnedFd, FileP
     let (last, dirs) = segs
         .split_last()
         .expect("components() never returns an empty list");
-    let mut held: Option<OwnedFd> = None;
-    for (i, seg) in dirs.iter().enumerate() {
-        let parent = held.as_ref().map_or(root, |fd| fd.as_fd());
-        let opened = rfs::openat(
-            parent,
-            *seg,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        );
-        match opened {
-            Ok(fd) => held = Some(fd),
-            Err(e) => return Err(classify(parent, seg, &segs[..=i].join("/"), e, true)),
-        }
-    }
+    let held = walk_dirs(root, dirs).map_err(|(i, e)| {
+        let parent = e.parent.as_ref().map_or(root, |fd| fd.as_fd());
+        classify(parent, dirs[i], &segs[..=i].join("/"), e.errno, true)
+    })?;
     let parent = held.as_ref().map_or(root, |fd| fd.as_fd());
     let shown = segs.join("/");
     // Refuse a FIFO, socket or device before opening it at all; the fstat after the open is
@@ -173,6 +163,74 @@ fn walk_components(root: BorrowedFd<'_>, segs: &[&str]) -> Result<OwnedFd, FileP
     }
     rfs::openat(parent, *last, read_flags(), Mode::empty())
         .map_err(|e| classify(parent, last, &shown, e, false))
+}
+
+/// Why [`walk_dirs`] stopped: the error, and the directory that held the component it could not
+/// open (`None` for the root).
+struct DirRefused {
+    errno: Errno,
+    parent: Option<OwnedFd>,
+}
+
+/// Open each of `dirs` relative to the one before, from `root`, with `O_NOFOLLOW | O_DIRECTORY`
+/// (`O_PATH`: nothing is read through them); `None` when `dirs` is empty. On failure, the index
+/// of the component that could not be opened.
+fn walk_dirs(root: BorrowedFd<'_>, dirs: &[&str]) -> Result<Option<OwnedFd>, (usize, DirRefused)> {
+    let mut held: Option<OwnedFd> = None;
+    for (i, seg) in dirs.iter().enumerate() {
+        let parent = held.as_ref().map_or(root, |fd| fd.as_fd());
+        match rfs::openat(
+            parent,
+            *seg,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => held = Some(fd),
+            Err(errno) => {
+                return Err((
+                    i,
+                    DirRefused {
+                        errno,
+                        parent: held,
+                    },
+                ))
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Open the directory `dirs` names below `root` as confined as [`open_confined`] opens a file
+/// (no link of any kind on the way, nothing outside `root`); `None` stands for `root` itself.
+/// An entry renamed out of it is therefore an entry of the root's tree and nothing else.
+pub(crate) fn open_dir_confined(
+    root: BorrowedFd<'_>,
+    dirs: &[&str],
+    walk: Walk,
+) -> Result<Option<OwnedFd>, Errno> {
+    if dirs.is_empty() {
+        return Ok(None);
+    }
+    let via_openat2 = || {
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        rfs::openat2(root, dirs.join("/"), flags, Mode::empty(), how).map(Some)
+    };
+    let via_walk = || walk_dirs(root, dirs).map_err(|(_, refused)| refused.errno);
+    match walk {
+        #[cfg(test)]
+        Walk::Manual => via_walk(),
+        #[cfg(test)]
+        Walk::Openat2 => via_openat2(),
+        Walk::Auto if OPENAT2_UNUSABLE.load(Ordering::Relaxed) => via_walk(),
+        Walk::Auto => match via_openat2() {
+            Err(Errno::NOSYS | Errno::PERM) => {
+                OPENAT2_UNUSABLE.store(true, Ordering::Relaxed);
+                via_walk()
+            }
+            opened => opened,
+        },
+    }
 }
 
 /// Turn a failed open of `seg` (shown as `shown`) into the problem a note can name, by looking

@@ -5,15 +5,18 @@
 //! - [`confine`]: opening a declared path by descriptor walk, never by resolving a string.
 //! - [`capture`]: the pre-attempt [`Snapshot`], capture into `runs/<id>/files/<dir>/` with atomic
 //!   publication, schema validation, and the run-total [`FilesBudget`].
+//! - [`adopt`]: capture by rename out of a disposable root, where that is as safe as a copy.
 //! - [`stage`]: which sets a task receives ([`plan_staging`]) and copying them read-only under
 //!   `inputs/<dir>/` in its workspace ([`stage()`](stage::stage)).
 //!
 //! The runner owns the decisions about status; this module reports what it found as a
 //! [`CaptureFailure`] whose [`note`](CaptureFailure::note) goes into the task's note.
 
+mod adopt;
 pub mod capture;
 mod confine;
 pub mod escape;
+mod pool;
 pub mod stage;
 mod tree;
 

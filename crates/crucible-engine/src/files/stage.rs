@@ -199,9 +199,7 @@ pub fn stage(workspace: &Path, sets: &[StagedSet]) -> Result<(), FilesError> {
         let copied = (|| {
             let src = open_dir(&set.source)?;
             let dst = open_subdir(inputs.as_fd(), &tmp)?;
-            copy_tree_at(src.as_fd(), dst.as_fd())?;
-            rfs::fchmod(&dst, Mode::from_raw_mode(DIR_MODE))?;
-            std::io::Result::Ok(())
+            copy_tree_at(src.as_fd(), dst.as_fd())
         })();
         if let Err(e) = copied {
             // Never leave a partial copy behind; the copy error is the one to report.
@@ -417,6 +415,7 @@ mod tests {
             decls: &d,
             files_dir: &s.files,
             dir_name: name,
+            disposable: false,
         };
         match capture(&req, Mode::Passing, budget).unwrap() {
             Captured::Published(p) => p.dir,

@@ -7,10 +7,12 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 
 use rustix::fs::{self as rfs, AtFlags, Dir, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
+use super::pool::{in_parallel, Job};
 use super::{DIR_MODE, FILE_MODE};
 
 /// Open directory `name` below `parent`, refusing a symbolic link.
@@ -121,28 +123,48 @@ pub(crate) fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result
     }
 }
 
-/// Copy the engine-owned tree in `src` into the empty directory `dst`, sealing what it writes;
-/// anything in `src` other than a regular file or a directory is an error (the tree was
-/// tampered with).
-pub(crate) fn copy_tree_at(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut bytes = 0;
+/// Copy the engine-owned tree in `src` into the empty directory `dst`, sealing what it writes
+/// (`dst` included); anything in `src` other than a regular file or a directory is an error (the
+/// tree was tampered with). The files are copied on a [`pool`](super::pool) of threads.
+pub(crate) fn copy_tree_at(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Result<()> {
+    in_parallel(|submit| feed_tree(src, dst, submit))?;
+    seal_dirs(dst)
+}
+
+/// Make `src`'s directories below `dst` and submit one copy job per file.
+fn feed_tree(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    submit: &mut dyn FnMut(Job<'static, io::Error>) -> bool,
+) -> io::Result<()> {
+    // Shared with the jobs, which close them as the last one using each finishes.
+    let (from, to) = (
+        Arc::new(src.try_clone_to_owned()?),
+        Arc::new(dst.try_clone_to_owned()?),
+    );
     for name in entries(src)? {
         let st = rfs::statat(src, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)?;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
                 rfs::mkdirat(dst, name.as_os_str(), Mode::from_raw_mode(0o700))?;
-                let to = open_subdir(dst, &name)?;
-                bytes += copy_tree_at(open_subdir(src, &name)?.as_fd(), to.as_fd())?;
-                rfs::fchmod(&to, Mode::from_raw_mode(DIR_MODE))?;
+                let sub_dst = open_subdir(dst, &name)?;
+                feed_tree(open_subdir(src, &name)?.as_fd(), sub_dst.as_fd(), submit)?;
             }
             FileType::RegularFile => {
-                let fd = rfs::openat(
-                    src,
-                    name.as_os_str(),
-                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                bytes += copy_into(&mut File::from(fd), dst, &name)?;
+                let (from, to) = (Arc::clone(&from), Arc::clone(&to));
+                let more = submit(Box::new(move || {
+                    let fd = rfs::openat(
+                        &*from,
+                        name.as_os_str(),
+                        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )?;
+                    copy_into(&mut File::from(fd), to.as_fd(), &name).map(drop)
+                }));
+                if !more {
+                    // A copy failed; in_parallel returns its error.
+                    return Ok(());
+                }
             }
             _ => {
                 return Err(io::Error::new(
@@ -155,7 +177,7 @@ pub(crate) fn copy_tree_at(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Resu
             }
         }
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Move the complete tree `tmp` to `name` within `dir` in one step. Where `name` already exists
