@@ -14,6 +14,7 @@ mod io;
 mod lane;
 mod live;
 mod mapped_files;
+mod repair;
 mod rerun;
 mod resume;
 mod resume_branches;

@@ -58,6 +58,26 @@ pub fn assemble_prompt(parts: &PromptParts<'_>) -> Result<String, AgentError> {
     Ok(out)
 }
 
+/// The prompt of repair turn `round` of `of`: the masked notes on what the last turn's result
+/// missed or broke, and the request to fix that in place. The turn resumes the same
+/// conversation, so the task's prompt is not repeated.
+pub fn repair_prompt(task: &str, notes: &[String], round: u32, of: u32) -> String {
+    let mut out = format!("# Repair {round} of {of}: task {task}\n\n");
+    out.push_str(
+        "Your last turn finished, but its result does not meet what this task declares:\n\n",
+    );
+    for note in notes {
+        out.push_str(&format!("- {note}\n"));
+    }
+    out.push_str(
+        "\nFix exactly this, in place: keep the rest of your work, and write the whole result \
+         again.\n\n# Result\n\n",
+    );
+    out.push_str(RESULT_INSTRUCTION);
+    out.push('\n');
+    out
+}
+
 /// The resolved settings of one turn; `None` leaves the variable unset.
 #[derive(Clone, Debug, Default)]
 pub struct TurnSettings {

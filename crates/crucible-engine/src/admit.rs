@@ -97,9 +97,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         if t.history > 0 {
             unsupported("history")?;
         }
-        if t.repair > 0 {
-            unsupported("repair turns")?;
-        }
         if t.sandbox.is_some() {
             unsupported("a sandbox")?;
         }

@@ -25,7 +25,8 @@ use crate::taskio::{self, Graded};
 use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::{
-    AdmittedTask, Blocked, Event, PlanAdmitted, Resumed, Shutdown, Start, TaskResult, GATE_TASK,
+    AdmittedTask, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start, TaskResult,
+    GATE_TASK,
 };
 use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
@@ -68,6 +69,8 @@ struct Report {
     files: bool,
     /// Its inputs could not be staged: it settles blocked without running.
     staging_refused: Option<StagingRefused>,
+    /// An agent's repair turns within the attempt.
+    repairs: Vec<Repair>,
 }
 
 impl Report {
@@ -84,6 +87,7 @@ impl Report {
             ceiling_killed: false,
             files: false,
             staging_refused: None,
+            repairs: Vec::new(),
         }
     }
 }
@@ -1148,6 +1152,7 @@ fn report_row(name: String, report: Report) -> TaskResult {
         reused_from: None,
         refused: report.refused,
         transport: report.transport,
+        repairs: report.repairs,
     }
 }
 
@@ -1318,32 +1323,53 @@ async fn attempt(
             Ok(f) => f,
         };
         report.transport = None;
-        report.graded = match f.ended {
-            Ended::Stopped => {
-                report.stopped = true;
-                Graded::fail("stopped by the operator", None)
+        report.graded = graded_turn(ctx, task, f, &cwd, &mut report);
+        // Repair turns (agent only): a passing turn whose result misses a declared field or file,
+        // or breaks its type or schema, is resumed with the masked notes and checked again,
+        // within the attempt's deadline. Not a retry: `attempts` is unchanged.
+        let mut round = 0;
+        while report.graded.status == Status::Pass && round < task.repair {
+            let notes = contract_notes(task, &cwd, report.graded.output.as_ref()).await;
+            if notes.is_empty() {
+                break;
             }
-            Ended::WallClock => {
-                report.ceiling_killed = true;
-                Graded::fail(
-                    format!(
-                        "wall-clock ceiling reached: the run ran past its {} limit",
-                        duration::format(ctx.max_secs)
-                    ),
-                    None,
-                )
-            }
-            Ended::TimedOut => Graded::fail(
-                format!(
-                    "timed out: the task ran past its {} limit",
-                    duration::format(task.timeout_secs.unwrap_or(ctx.max_secs))
-                ),
-                None,
-            ),
-            Ended::Exited(status) => {
-                grade(task, status.code(), &f.stdout, &f.stderr, &cwd, &mut report)
-            }
-        };
+            round += 1;
+            let spent = report.cost_usd;
+            let prompt = crucible_agent::repair_prompt(&task.name, &notes, round, task.repair);
+            let file = ctx
+                .run_dir
+                .join("inputs")
+                .join(format!("{stem}.repair-{round}.prompt.md"));
+            let _ = std::fs::write(&file, &prompt);
+            let mut turn_env: Vec<(String, String)> = env
+                .iter()
+                .filter(|(k, _)| k != "CRUCIBLE_PROMPT" && k != "CRUCIBLE_PROMPT_FILE")
+                .cloned()
+                .collect();
+            turn_env.extend(crucible_agent::command_env(
+                &prompt,
+                &TurnSettings::default(),
+            ));
+            turn_env.push((
+                "CRUCIBLE_PROMPT_FILE".into(),
+                file.to_string_lossy().into_owned(),
+            ));
+            turn_env.push(("CRUCIBLE_REPAIR".into(), format!("{round}/{}", task.repair)));
+            crucible_agent::clear_result(&cwd);
+            report.graded = match proc::run(&command, &cwd, &turn_env, deadline, abort.clone())
+                .await
+            {
+                Err(e) => Graded::fail(format!("repair turn {round} could not start: {e}"), None),
+                Ok(f) => graded_turn(ctx, task, f, &cwd, &mut report),
+            };
+            report.repairs.push(Repair {
+                label: format!("{} repair {round}/{}", task.name, task.repair),
+                round,
+                of: task.repair,
+                cost_usd: report.cost_usd - spent,
+                notes,
+            });
+        }
         if report.graded.status == Status::Pass {
             if let Some(out) = &report.graded.output {
                 if let Err(note) = taskio::check_emits(task, out) {
@@ -1393,6 +1419,62 @@ async fn attempt(
     report
 }
 
+/// Grades one turn that ran: stopped, past a deadline, or exited on its own.
+fn graded_turn(
+    ctx: &Ctx,
+    task: &Task,
+    f: proc::Finished,
+    cwd: &std::path::Path,
+    report: &mut Report,
+) -> Graded {
+    match f.ended {
+        Ended::Stopped => {
+            report.stopped = true;
+            Graded::fail("stopped by the operator", None)
+        }
+        Ended::WallClock => {
+            report.ceiling_killed = true;
+            Graded::fail(
+                format!(
+                    "wall-clock ceiling reached: the run ran past its {} limit",
+                    duration::format(ctx.max_secs)
+                ),
+                None,
+            )
+        }
+        Ended::TimedOut => Graded::fail(
+            format!(
+                "timed out: the task ran past its {} limit",
+                duration::format(task.timeout_secs.unwrap_or(ctx.max_secs))
+            ),
+            None,
+        ),
+        Ended::Exited(status) => grade(task, status.code(), &f.stdout, &f.stderr, cwd, report),
+    }
+}
+
+/// What a passing turn's result owes and misses, as masked notes: its declared output fields and
+/// its declared files (present, confined, admitted by their schemas). Empty when it owes nothing.
+async fn contract_notes(task: &Task, cwd: &std::path::Path, output: Option<&Value>) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(Err(note)) = output.map(|out| taskio::check_emits(task, out)) {
+        notes.push(note);
+    }
+    if !task.emits_files.is_empty() {
+        let (root, decls) = (cwd.to_path_buf(), task.emits_files.clone());
+        let checked = tokio::task::spawn_blocking(move || crate::files::precheck(&root, &decls))
+            .await
+            .expect("the check does not panic");
+        match checked {
+            Ok(Some(failure)) => notes.extend(failure.notes()),
+            Ok(None) => {}
+            // The capture that follows meets the same error and reports it.
+            Err(_) => {}
+        }
+    }
+    notes
+}
+
 /// Grades an attempt that exited on its own.
 fn grade(
     task: &Task,
@@ -1407,7 +1489,8 @@ fn grade(
     }
     let result = crucible_agent::take_result(&task.name, cwd);
     if let Ok(r) = &result {
-        report.cost_usd = r.cost_usd;
+        // Summed over the attempt's turns: its first and any repair turns.
+        report.cost_usd += r.cost_usd;
     }
     let output = result.as_ref().ok().map(|r| r.output.clone());
     if code != Some(0) {

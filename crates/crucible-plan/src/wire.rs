@@ -166,6 +166,24 @@ pub struct TaskResult {
     /// The cause of a transport failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<String>,
+    /// The repair turns of an agent task's attempt, in order (none: absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<Repair>,
+}
+
+/// One repair turn: the same session resumed with the masked notes on what a passing turn's
+/// output missed or broke, and asked to fix it in place. Not a retry: `attempts` is unchanged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Repair {
+    /// `<task> repair <round>/<of>`, e.g. `audit[RHAI-1] repair 1/2`.
+    pub label: String,
+    pub round: u32,
+    /// The task's declared number of repair turns.
+    pub of: u32,
+    /// What this turn spent.
+    pub cost_usd: f64,
+    /// The notes the turn was shown: field and file names and schema paths, never a value.
+    pub notes: Vec<String>,
 }
 
 impl TaskResult {
@@ -186,6 +204,7 @@ impl TaskResult {
             reused_from: None,
             refused: None,
             transport: None,
+            repairs: Vec::new(),
         }
     }
 }

@@ -257,12 +257,18 @@ pub struct CaptureFailure {
 impl CaptureFailure {
     /// The note fragment: names each file and what is wrong with it, never its content.
     pub fn note(&self) -> String {
-        let parts: Vec<String> = self
-            .problems
+        format!(
+            "{}; no file of the set was captured",
+            self.notes().join("; ")
+        )
+    }
+
+    /// One note per problem, as [`note`](Self::note) gives them.
+    pub fn notes(&self) -> Vec<String> {
+        self.problems
             .iter()
             .map(|p| format!("declared file `{}` {}", p.path, p.problem))
-            .collect();
-        format!("{}; no file of the set was captured", parts.join("; "))
+            .collect()
     }
 
     /// The bound, where exceeding it is why the set was refused.
@@ -289,6 +295,34 @@ pub enum Captured {
     Published(PublishedSet),
     /// Nothing was published and any earlier set of the task was removed.
     Refused(CaptureFailure),
+}
+
+/// What a passing attempt's set would be refused for, checked in place by the same confined
+/// walk and schemas without capturing anything: the notes a repair turn is shown
+/// (RFC-0002:C-TASK-FILES). The capture after the repair checks everything again.
+pub fn precheck(
+    workspace: &Path,
+    decls: &[FileDecl],
+) -> Result<Option<CaptureFailure>, FilesError> {
+    let root = open_dir(workspace)
+        .map_err(|e| FilesError::io(format!("opening workspace {}", workspace.display()), e))?;
+    let mut problems = Vec::new();
+    for decl in decls {
+        let found = match open_confined(root.as_fd(), &decl.path, Walk::Auto) {
+            Err(p) => Some(p),
+            Ok(mut file) => match &decl.schema {
+                Some(schema) => validate(&mut file, schema).map_err(|e| {
+                    FilesError::io(format!("checking declared file `{}`", decl.path), e)
+                })?,
+                None => None,
+            },
+        };
+        if let Some(problem) = found {
+            let path = decl.path.clone();
+            problems.push(Problem { path, problem });
+        }
+    }
+    Ok((!problems.is_empty()).then_some(CaptureFailure { problems }))
 }
 
 /// Capture `req.decls` from `req.workspace` as the set of `req.dir_name`.

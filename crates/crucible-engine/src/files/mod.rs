@@ -24,7 +24,7 @@ use std::fmt;
 use std::io;
 
 pub use capture::{
-    capture, capture_observed, max_files_bytes, parse_size, remove_set, CaptureFailure,
+    capture, capture_observed, max_files_bytes, parse_size, precheck, remove_set, CaptureFailure,
     CaptureRequest, Captured, FilesBudget, Mode, Problem, PublishedSet, Snapshot,
     DEFAULT_MAX_FILES_BYTES, MAX_FILES_BYTES_ENV, MAX_FILES_BYTES_FLAG,
 };
