@@ -2,6 +2,7 @@
 //! (see docs/conformance.md for the map from each MUST to its tests).
 
 mod support;
+mod system_one;
 
 mod agent;
 mod budget;
@@ -14,6 +15,7 @@ mod io;
 mod lane;
 mod live;
 mod mapped_files;
+mod model_routes;
 mod repair;
 mod rerun;
 mod resume;

@@ -203,7 +203,7 @@ fn model_route_without_decision_is_skipped() {
 }
 
 // A required model-decided route without `decision` truncates the plan (RFC-0002:C-PLAYBOOK-CAPS);
-// with `decision` it is refused before dispatch: the decision model binding is not built.
+// with `decision` but no decision binding to ask, it is refused before dispatch.
 #[test]
 fn model_route_truncates_or_is_refused() {
     let p = star(&MODEL.replace(", required = False", ""));
@@ -211,5 +211,5 @@ fn model_route_truncates_or_is_refused() {
     assert_eq!(p.row("model")["status"], "truncated");
     let r = p.run(&["--cap", "decision"]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(r.stderr.contains("decision model binding"), "{}", r.stderr);
+    assert!(r.stderr.contains("no decision binding"), "{}", r.stderr);
 }

@@ -1,7 +1,12 @@
 //! Agent harnesses. Today: the command stand-in backend (`[agent] backend = "command"` or
-//! `--agent-cmd`), which runs a shell command as the turn. The engine owns the process (its
-//! group, deadline and kill); this crate owns what goes in (the prompt and environment) and what
-//! comes out (the `PLAN_TASK_RESULT.json` object and its reported spend).
+//! `--agent-cmd`), which runs a shell command as the turn, and the model bindings of
+//! `CRUCIBLE_INFERENCE` ([`inference`]) with the decision model's System One call
+//! ([`decision`]). The engine owns the process (its group, deadline and kill); this crate owns
+//! what goes in (the prompt and environment) and what comes out (the `PLAN_TASK_RESULT.json`
+//! object and its reported spend).
+
+pub mod decision;
+pub mod inference;
 
 use crucible_plan::markers;
 use serde_json::Value;

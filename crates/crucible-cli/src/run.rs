@@ -2,6 +2,7 @@
 
 use crate::args::{RerunArgs, RunArgs, RunsArgs};
 use anyhow::{anyhow, bail, Context, Result};
+use crucible_agent::inference::{self, Inference, INFERENCE_ENV};
 use crucible_dsl::settings;
 use crucible_engine::{Launch, Observer, RunErrorKind, RunRequest, RunSummary};
 use crucible_plan::wire::TaskResult;
@@ -94,6 +95,12 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
             .unwrap_or(1)
     });
     let max_files_bytes = crate::compile::files_bound(args.max_files_bytes.as_deref())?;
+    let inference = inference_bindings()?;
+    let mut caps = args.caps.clone();
+    // A decision binding is the `decision` capability (RFC-0001 notes §5).
+    if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
+        caps.push("decision".into());
+    }
     let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
         .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
     let req = RunRequest {
@@ -103,13 +110,14 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         state_dir,
         max_cost: args.max_cost,
         max_secs,
-        caps: args.caps.clone(),
+        caps,
         jobs,
         agent_cmd: args.agent_cmd.clone(),
         harness,
         model: args.model.clone(),
         max_files_bytes,
         launch,
+        inference,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -370,5 +378,14 @@ impl Drop for Live {
     fn drop(&mut self) {
         let mut out = std::io::stdout().lock();
         self.clear(&mut out);
+    }
+}
+
+/// The model bindings in `CRUCIBLE_INFERENCE`, refused before any work when malformed.
+fn inference_bindings() -> Result<Inference> {
+    match std::env::var(INFERENCE_ENV) {
+        Ok(text) => inference::parse(&text).map_err(|e| anyhow!("{INFERENCE_ENV}: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(Inference::default()),
+        Err(e) => bail!("{INFERENCE_ENV}: {e}"),
     }
 }

@@ -86,7 +86,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
                     return refuse(format!("agent task `{n}` has no prompt"));
                 }
             }
-            TaskKind::Route => route_runs(t, &req.caps)?,
+            TaskKind::Route => route_runs(t, &req.caps, req.inference.decision.as_ref())?,
             TaskKind::Engine => {
                 return refuse(format!(
                     "task `{n}` names an engine operation, which a playbook may not (RFC-0002:C-PLAYBOOK-LANE)"
@@ -215,10 +215,15 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
     })
 }
 
-/// What of a route this engine decides: from a source dependency, unmapped. A model-decided
-/// route without the `decision` capability is settled by [`capabilities`] (its `needs` is
-/// `decision`); with it, the decision model binding is what is missing.
-fn route_runs(t: &crucible_plan::Task, caps: &[String]) -> Result<(), RunError> {
+/// What of a route this engine decides: unmapped, from a source dependency or by the decision
+/// model of the run's decision binding. A model-decided route without the `decision`
+/// capability is settled by [`capabilities`] (its `needs` is `decision`); with it, the binding
+/// must be one this engine can ask.
+fn route_runs(
+    t: &crucible_plan::Task,
+    caps: &[String],
+    decision: Option<&crucible_agent::inference::Binding>,
+) -> Result<(), RunError> {
     let n = &t.name;
     let Some(spec) = &t.route else {
         return Err(RunError::refused(format!("route `{n}` has no questions")));
@@ -235,12 +240,21 @@ fn route_runs(t: &crucible_plan::Task, caps: &[String]) -> Result<(), RunError> 
         return refuse("is mapped over a list");
     }
     // The compiler makes such a route need `decision`; whenever that need is met, the route
-    // would dispatch to a model.
+    // dispatches to the decision model.
     let need_met = t.needs == "any" || caps.contains(&t.needs);
     if spec.min_confidence.is_some() && need_met {
-        return refuse(
-            "asks a decision model: the run provides the `decision` capability, but the decision model binding (CRUCIBLE_INFERENCE) is not built yet",
-        );
+        let Some(binding) = decision else {
+            return Err(RunError::refused(format!(
+                "route `{n}` asks a decision model and the run has no decision binding: \
+                 name one in {} (the `decision` capability alone names no model)",
+                crucible_agent::inference::INFERENCE_ENV
+            )));
+        };
+        if let Some(why) = crucible_agent::decision::unusable(binding) {
+            return Err(RunError::refused(format!(
+                "route `{n}` asks a decision model, but {why}"
+            )));
+        }
     }
     if spec.min_confidence.is_none() && spec.source.is_none() {
         return Err(RunError::refused(format!(
@@ -329,6 +343,7 @@ mod tests {
             caps: Vec::new(),
             jobs: 1,
             launch: crate::Launch::Fresh,
+            inference: Default::default(),
             agent_cmd: None,
             harness: None,
             model: None,
@@ -379,7 +394,7 @@ mod tests {
     }
 
     // RFC-0002:C-PLAYBOOK-CAPS: a source route runs; a model route without `decision` is left to
-    // the capability verdict, and with it is refused before dispatch (no model binding yet).
+    // the capability verdict; with it, it needs a decision binding this engine can ask.
     #[test]
     fn routes_admitted_by_decider() {
         let (_d, req) = request(vec![cmd("a", &[]), route("r", Some("a"), None)]);
@@ -389,7 +404,18 @@ mod tests {
         let (_d, mut req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
         req.caps = vec!["decision".into()];
         let e = admit(&req).unwrap_err();
-        assert!(e.message.contains("decision model binding"), "{e}");
+        assert!(e.message.contains("no decision binding"), "{e}");
+        let binding = |protocol: &str| {
+            let doc = format!(
+                r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "{protocol}", "url": "https://s1.example/v1/systemone", "model": "m"}}]}}"#
+            );
+            crucible_agent::inference::parse(&doc).unwrap()
+        };
+        req.inference = binding("system_one");
+        assert!(admit(&req).is_ok());
+        req.inference = binding("decisions");
+        let e = admit(&req).unwrap_err();
+        assert!(e.message.contains("speaks only system_one"), "{e}");
         let mut human = route("h", None, None);
         human.route.as_mut().unwrap().human = true;
         let (_d, req) = request(vec![cmd("a", &[]), human]);

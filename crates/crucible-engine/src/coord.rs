@@ -15,7 +15,7 @@ mod branch;
 
 use crate::admit::Admitted;
 use crate::files::{StagedSet, StagingPlan};
-use crate::graph::Entry;
+use crate::graph::{route, Entry};
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
 use crate::rerun::{self, Parent};
@@ -23,6 +23,7 @@ use crate::resume::{self, Resumption};
 use crate::taskfiles::{self, RunFiles, StagingRefused};
 use crate::taskio::{self, Graded};
 use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
+use crucible_agent::decision::AskError;
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::{
     AdmittedTask, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start, TaskResult,
@@ -115,6 +116,8 @@ struct Ctx {
     spend_blocked: Arc<AtomicBool>,
     /// Declared files: the run's `files/` area, its size bound, and staging.
     files: Arc<RunFiles>,
+    /// The decision model routes ask (admission checked it can be asked).
+    decision: Option<crucible_agent::inference::Binding>,
 }
 
 /// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
@@ -378,6 +381,7 @@ pub async fn execute(
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
         files: Arc::new(files),
+        decision: req.inference.decision.clone(),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -666,7 +670,8 @@ impl Coord<'_> {
             .collect();
         taskfiles::mark_staged(&mut inputs, &task, &deps, &staging);
         self.state[i] = TaskState::Running;
-        self.spawn_attempt(i, task, inputs, staging.sets, None);
+        let options = self.take_route_options(i);
+        self.spawn_attempt(i, task, inputs, staging.sets, None, options);
     }
 
     /// The declared-file sets task `i` receives, from the settled rows as they stand now
@@ -686,9 +691,10 @@ impl Coord<'_> {
         inputs: Value,
         sets: Vec<StagedSet>,
         sub: Option<branch::Sub>,
+        options: route::Options,
     ) {
         self.in_flight += 1;
-        if task.isolated {
+        if own_lane(&task) {
             self.isolated_busy += 1;
         } else {
             self.shared_busy = true;
@@ -707,7 +713,11 @@ impl Coord<'_> {
         tokio::spawn(async move {
             let tx = ctx.tx.clone();
             let run = tokio::spawn(async move {
-                attempt(&ctx, i, &task, &set_name, inputs, sets, abort).await
+                if task.kind == TaskKind::Route {
+                    decide_by_model(&ctx, &task, inputs, &sets, &options, abort).await
+                } else {
+                    attempt(&ctx, i, &task, &set_name, inputs, sets, abort).await
+                }
             });
             // A panic in the attempt runner must still settle the task, or the run would wait
             // for it forever.
@@ -732,8 +742,9 @@ impl Coord<'_> {
     fn inputs_with(&self, i: usize, entry: &dyn Fn(usize) -> Option<Entry>) -> Value {
         let t = self.task(i);
         let mut m = self.dep_inputs(i, entry);
-        // Reserved inputs are written after the entries, never wrapped in one.
-        if t.kind != TaskKind::Agent {
+        // Reserved inputs are written after the entries, never wrapped in one. No model reads
+        // `params` (RFC-0002:C-PLAYBOOK-PARAMS): neither an agent nor a decision model.
+        if t.kind != TaskKind::Agent && !t.can_spend() {
             m.insert("params".into(), self.params.clone());
         }
         if t.stage == Stage::Epilogue {
@@ -846,7 +857,7 @@ impl Coord<'_> {
 
     fn make_ready(&mut self, i: usize) {
         self.state[i] = TaskState::Ready;
-        if self.task(i).isolated {
+        if own_lane(self.task(i)) {
             self.ready_isolated.insert(i);
         } else {
             self.ready_shared.insert(i);
@@ -883,7 +894,7 @@ impl Coord<'_> {
     /// run. Returns whether the attempt settles: one killed by an operator stop does not.
     fn attempt_ended(&mut self, i: usize, report: &Report) -> bool {
         self.in_flight -= 1;
-        if self.task(i).isolated {
+        if own_lane(self.task(i)) {
             self.isolated_busy -= 1;
         } else {
             self.shared_busy = false;
@@ -1293,15 +1304,7 @@ async fn attempt(
         if task.kind == TaskKind::Agent {
             crucible_agent::clear_result(&cwd);
         }
-        let now = Instant::now();
-        let own = task
-            .timeout_secs
-            .map(|s| now + Duration::from_secs(s))
-            .filter(|at| *at < ctx.run_deadline);
-        let deadline = Deadline {
-            at: own.unwrap_or(ctx.run_deadline),
-            own_limit: own.is_some(),
-        };
+        let deadline = deadline_of(ctx, task);
         let finished = proc::run(&command, &cwd, &env, deadline, abort.clone()).await;
         let f = match finished {
             Err(e) => {
@@ -1419,6 +1422,134 @@ async fn attempt(
     report
 }
 
+/// Whether a task takes an isolated lane: it runs in its own checkout, or touches no
+/// workspace at all (a route a decision model decides waits on the network, not the workspace).
+fn own_lane(t: &Task) -> bool {
+    t.isolated || t.kind == TaskKind::Route
+}
+
+/// The deadline of an attempt of `task` starting now: its own limit, or the run's ceiling if
+/// that falls first.
+fn deadline_of(ctx: &Ctx, task: &Task) -> Deadline {
+    let own = task
+        .timeout_secs
+        .map(|s| Instant::now() + Duration::from_secs(s))
+        .filter(|at| *at < ctx.run_deadline);
+    Deadline {
+        at: own.unwrap_or(ctx.run_deadline),
+        own_limit: own.is_some(),
+    }
+}
+
+/// A route a decision model decides (RFC-0001 notes §5): its state (the inputs its join gives
+/// it, and under `files` the declared JSON files it names, by dependency and path) is asked over
+/// System One; the answer is checked against the questions and becomes the route's output.
+/// Unreachable, 5xx and 429 are transport failures, retried like any attempt's.
+async fn decide_by_model(
+    ctx: &Ctx,
+    task: &Task,
+    inputs: Value,
+    sets: &[StagedSet],
+    options: &route::Options,
+    mut abort: watch::Receiver<Abort>,
+) -> Report {
+    let began = Instant::now();
+    let mut report = Report::empty();
+    let spec = task.route.as_ref().expect("a route task has a route");
+    let binding = ctx
+        .decision
+        .clone()
+        .expect("admission requires a decision binding");
+    let state = match route_state(task, inputs, sets) {
+        Ok(state) => state,
+        Err(note) => {
+            report.graded = Graded::fail(note, None);
+            return report;
+        }
+    };
+    let body = Arc::new(route::request_body(&binding.model, spec, state, options));
+    let deadline = deadline_of(ctx, task);
+    loop {
+        report.attempts += 1;
+        let timeout = deadline.at.saturating_duration_since(Instant::now());
+        let (b, req) = (binding.clone(), body.clone());
+        let call =
+            tokio::task::spawn_blocking(move || crucible_agent::decision::ask(&b, &req, timeout));
+        let answer = tokio::select! {
+            answer = call => answer.expect("the call does not panic"),
+            _ = tokio::time::sleep_until(deadline.at) => {
+                let ended = if deadline.own_limit { Ended::TimedOut } else { Ended::WallClock };
+                report.graded = cut_short(ctx, task, ended, &mut report);
+                break;
+            }
+            why = proc::wait_abort(&mut abort) => {
+                report.graded = cut_short(ctx, task, proc::aborted(why), &mut report);
+                break;
+            }
+        };
+        report.graded = match answer {
+            Ok(response) => match route::from_model(&task.name, spec, &response, options) {
+                Ok(answers) => Graded {
+                    status: Status::Pass,
+                    note: None,
+                    output: Some(route::output(answers)),
+                },
+                Err(e) => Graded::fail(e.note(), None),
+            },
+            Err(AskError::Failed(note)) => Graded::fail(note, None),
+            Err(AskError::Transport(cause)) => {
+                let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
+                    && *abort.borrow() == Abort::None
+                    && !ctx.spend_blocked.load(Ordering::SeqCst);
+                if retry {
+                    continue;
+                }
+                report.transport = Some(cause.clone());
+                Graded {
+                    status: Status::Transport,
+                    note: Some(cause),
+                    output: None,
+                }
+            }
+        };
+        break;
+    }
+    report.secs = began.elapsed().as_secs_f64();
+    report
+}
+
+/// What a decision model is asked about: the route's inputs, and under `files` each declared
+/// JSON file the route names, read from its producer's captured set, by dependency and path.
+fn route_state(task: &Task, inputs: Value, sets: &[StagedSet]) -> Result<Value, String> {
+    let spec = task.route.as_ref().expect("a route task has a route");
+    let mut state = match inputs {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    if spec.files.is_empty() {
+        return Ok(Value::Object(state));
+    }
+    let mut files = serde_json::Map::new();
+    for set in sets.iter().filter(|s| s.key.is_none()) {
+        let mut held = serde_json::Map::new();
+        for path in &spec.files {
+            let file = set.source.join(path);
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue; // not this producer's file
+            };
+            let value = serde_json::from_str(&text).map_err(|e| {
+                format!("declared file `{path}` of `{}` is not JSON: {e}", set.task)
+            })?;
+            held.insert(path.clone(), value);
+        }
+        if !held.is_empty() {
+            files.insert(set.task.clone(), Value::Object(held));
+        }
+    }
+    state.insert("files".into(), Value::Object(files));
+    Ok(Value::Object(state))
+}
+
 /// Grades one turn that ran: stopped, past a deadline, or exited on its own.
 fn graded_turn(
     ctx: &Ctx,
@@ -1428,6 +1559,15 @@ fn graded_turn(
     report: &mut Report,
 ) -> Graded {
     match f.ended {
+        Ended::Exited(status) => grade(task, status.code(), &f.stdout, &f.stderr, cwd, report),
+        cut => cut_short(ctx, task, cut, report),
+    }
+}
+
+/// The failure of an attempt that did not end on its own: an operator stop, the run's
+/// wall-clock ceiling, or the task's own deadline.
+fn cut_short(ctx: &Ctx, task: &Task, ended: Ended, report: &mut Report) -> Graded {
+    match ended {
         Ended::Stopped => {
             report.stopped = true;
             Graded::fail("stopped by the operator", None)
@@ -1442,14 +1582,13 @@ fn graded_turn(
                 None,
             )
         }
-        Ended::TimedOut => Graded::fail(
+        Ended::TimedOut | Ended::Exited(_) => Graded::fail(
             format!(
                 "timed out: the task ran past its {} limit",
                 duration::format(task.timeout_secs.unwrap_or(ctx.max_secs))
             ),
             None,
         ),
-        Ended::Exited(status) => grade(task, status.code(), &f.stdout, &f.stderr, cwd, report),
     }
 }
 

@@ -49,6 +49,9 @@ pub struct RunRequest {
     pub max_files_bytes: u64,
     /// A new run, a resumption of the most recent one, or a rerun of a finished one.
     pub launch: Launch,
+    /// The model bindings of `CRUCIBLE_INFERENCE`; a decision binding is what a route a model
+    /// decides asks.
+    pub inference: crucible_agent::inference::Inference,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

@@ -241,14 +241,14 @@ pub async fn run(
     })
 }
 
-fn aborted(why: Abort) -> Ended {
+pub(crate) fn aborted(why: Abort) -> Ended {
     match why {
         Abort::Stop => Ended::Stopped,
         _ => Ended::WallClock,
     }
 }
 
-async fn wait_abort(abort: &mut watch::Receiver<Abort>) -> Abort {
+pub(crate) async fn wait_abort(abort: &mut watch::Receiver<Abort>) -> Abort {
     loop {
         if abort.changed().await.is_err() {
             // The coordinator is gone; nothing will ever abort this attempt.

@@ -62,6 +62,8 @@ pub(super) struct Branches {
     /// through `Lanes` and `LoopRun` when their node expands or their loop runs
     /// (RFC-0002:C-PLAYBOOK-RESUME), never dispatched again nor written twice.
     folded: HashMap<String, TaskResult>,
+    /// A ready model-decided route's dynamic choices, read when its dependencies settled.
+    options: HashMap<usize, route::Options>,
 }
 
 impl Branches {
@@ -108,6 +110,7 @@ impl Branches {
             loops,
             member_of,
             folded: HashMap::new(),
+            options: HashMap::new(),
         }
     }
 
@@ -133,6 +136,12 @@ fn with_name(mut r: TaskResult, name: &str) -> TaskResult {
 }
 
 impl Coord<'_> {
+    /// The dynamic choices a model-decided route read as it became ready (none for any other
+    /// task).
+    pub(super) fn take_route_options(&mut self, i: usize) -> route::Options {
+        self.br.options.remove(&i).unwrap_or_default()
+    }
+
     /// A settled task's entry as consumers see it: a mapped node's fold with `per_instance`.
     pub(super) fn entry_of(&self, j: usize) -> Option<Entry> {
         let r = self.state[j].row()?;
@@ -202,6 +211,19 @@ impl Coord<'_> {
         }
         if task.over.is_some() {
             self.expand(i, &task, &entries);
+        } else if task
+            .route
+            .as_ref()
+            .is_some_and(|r| r.min_confidence.is_some())
+        {
+            // A decision model answers: a dispatch of its own, held to the cost ceiling.
+            match model_options(&task, &entries) {
+                Ok(options) => {
+                    self.br.options.insert(i, options);
+                    self.make_ready(i);
+                }
+                Err(e) => self.settle(i, row(&task, Status::Fail, Some(e.note()))),
+            }
         } else if task.kind == TaskKind::Route {
             let mut r = match decide_route(&task, &entries) {
                 Ok(output) => TaskResult {
@@ -426,7 +448,8 @@ impl Coord<'_> {
         taskfiles::mark_staged(&mut inputs, task, &deps, &staging);
         let mut t = task.clone();
         t.name = inst.name.clone();
-        self.spawn_attempt(i, t, inputs, staging.sets, Some(Sub::Instance(inst.key)));
+        let sub = Some(Sub::Instance(inst.key));
+        self.spawn_attempt(i, t, inputs, staging.sets, sub, route::Options::new());
     }
 
     /// Logs an instance's row (its spend counts now) and keeps it for the fold.
@@ -643,7 +666,8 @@ impl Coord<'_> {
                         m.insert(REVISION.to_string(), rev);
                     }
                     self.br.loops[l].in_flight = true;
-                    self.spawn_attempt(j, task, inputs, staging.sets, Some(Sub::Round));
+                    let sub = Some(Sub::Round);
+                    self.spawn_attempt(j, task, inputs, staging.sets, sub, route::Options::new());
                     return;
                 }
                 Readiness::Wait | Readiness::Unsettled => return,
@@ -701,6 +725,24 @@ impl Coord<'_> {
 /// A route's output: every question answered from its source dependency (RFC-0001-NOTES §5).
 /// Options read from a field need a decision model (the validator says so), so a source route
 /// only ever answers declared labels.
+/// The options of each dynamic choice of a model-decided route, read as it becomes ready.
+fn model_options(
+    task: &Task,
+    entries: &BTreeMap<String, Entry>,
+) -> Result<route::Options, GraphError> {
+    let spec = task.route.as_ref().expect("a route task has a route");
+    spec.questions
+        .iter()
+        .filter(|(_, q)| q.options_from.is_some())
+        .map(|(id, q)| {
+            Ok((
+                id.clone(),
+                route::read_options(&task.name, id, q, entries, None)?,
+            ))
+        })
+        .collect()
+}
+
 fn decide_route(task: &Task, entries: &BTreeMap<String, Entry>) -> Result<Value, GraphError> {
     let spec = task.route.as_ref().expect("a route task has a route");
     let source = spec.source.as_deref().unwrap_or_default();

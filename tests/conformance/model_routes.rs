@@ -1,0 +1,199 @@
+//! Routes a decision model decides (RFC-0001 notes §5, C-INFERENCE; RFC-0002:C-PLAYBOOK-CAPS and
+//! C-PLAYBOOK-BUDGET for their capability and spend), against a System One model on loopback.
+
+use crate::fanout::star;
+use crate::support::{Pack, Ran};
+use crate::system_one::SystemOne;
+use serde_json::json;
+
+const WORKFLOW: &str = r#"judge = command(name = "judge",
+    run = "echo '{\"n\": 1}' > verdict.json; echo '{\"kinds\": [\"bug\", \"chore\"]}'",
+    emits = ["kinds"], emits_files = {"verdict.json": schema_file("schemas/verdict.json")})
+model = route(name = "model", depends_on = [judge], min_confidence = 0.7, files = ["verdict.json"],
+    questions = {"ok": noul(ask = "Is the change fine?"),
+                 "size": choice(options = ["small", "large"]),
+                 "kind": choice(options = judge.kinds)})
+go = command(name = "go", run = "echo {}", depends_on = [model], when = model.ok, answers = "yes")
+stay = command(name = "stay", run = "echo {}", depends_on = [model], when = model.ok, otherwise = True)
+after = command(name = "after", run = "echo {}", depends_on = [go, stay], join = "passed")
+workflow([judge, model, go, stay, after])
+"#;
+
+fn pack() -> Pack {
+    let p = star(WORKFLOW);
+    p.file(
+        "schemas/verdict.json",
+        r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}"#,
+    );
+    p
+}
+
+fn answers(ok: f64) -> String {
+    json!({"answers": {
+        "ok": {"type": "noul", "noul": ok},
+        "size": {"type": "choice", "probabilities": {"small": 0.2, "large": 0.8}},
+        "kind": {"type": "choice", "probabilities": {"bug": 0.1, "chore": 0.9}},
+    }})
+    .to_string()
+}
+
+fn run(p: &Pack, model: &SystemOne, extra: &[&str]) -> Ran {
+    p.command(&p.run_args(extra))
+        .env("CRUCIBLE_INFERENCE", &model.binding(Some("S1_TEST_KEY")))
+        .env("S1_TEST_KEY", "sekrit")
+        .run()
+}
+
+// The decision binding makes `decision` available; the model is asked over System One with the
+// route's state (its join's inputs and the declared files it names, never `params`) and its
+// questions, and `when` follows the labels it gives.
+#[test]
+fn a_decision_model_answers_the_route_and_when_follows_it() {
+    let p = pack();
+    let model = SystemOne::start(vec![(200, answers(0.9))]);
+    let r = run(&p, &model, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let row = p.row("model");
+    assert_eq!(row["status"], "pass", "{row}");
+    assert_eq!(row["attempts"], 1);
+    let out = &row["output"];
+    assert_eq!(out["ok"]["label"], "yes");
+    assert_eq!(out["ok"]["confidence"], 0.9);
+    assert_eq!(out["size"]["label"], "large");
+    assert_eq!(out["kind"]["label"], "chore");
+    assert_eq!(out["kind"]["options"], json!(["bug", "chore"]));
+    assert_eq!(p.row("go")["status"], "pass");
+    assert_eq!(p.row("stay")["status"], "not_taken");
+    assert_eq!(p.row("after")["status"], "pass");
+
+    let seen = model.requests();
+    assert_eq!(seen.len(), 1);
+    let req = &seen[0];
+    assert_eq!(req.path, "/v1/systemone");
+    assert_eq!(req.authorization.as_deref(), Some("Bearer sekrit"));
+    assert_eq!(req.body["model"], "s1-test");
+    assert_eq!(
+        req.body["state"]["judge"],
+        json!({"kinds": ["bug", "chore"]})
+    );
+    assert_eq!(
+        req.body["state"]["files"],
+        json!({"judge": {"verdict.json": {"n": 1}}})
+    );
+    assert!(req.body["state"].get("params").is_none(), "{}", req.body);
+    assert_eq!(
+        req.body["questions"]["ok"],
+        json!({"instructions": "Is the change fine?", "type": "noul"})
+    );
+    assert_eq!(req.body["questions"]["size"]["type"], "choice");
+    assert_eq!(
+        req.body["questions"]["kind"]["criteria"],
+        json!({"bug": null, "chore": null})
+    );
+}
+
+// Below min_confidence the label is `uncertain`, with the confidence and distribution kept.
+#[test]
+fn an_answer_below_min_confidence_is_uncertain() {
+    let p = pack();
+    let model = SystemOne::start(vec![(200, answers(0.6))]);
+    let r = run(&p, &model, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let ok = &p.row("model")["output"]["ok"];
+    assert_eq!(ok["label"], "uncertain", "{ok}");
+    assert_eq!(ok["confidence"], 0.6);
+    assert_eq!(ok["probabilities"]["yes"], 0.6);
+    assert_eq!(p.row("go")["status"], "not_taken");
+    assert_eq!(p.row("stay")["status"], "pass");
+}
+
+// An answer that breaks the protocol, or a refusal other than 5xx/429, fails the route as a
+// measured failure; 5xx and 429 are transport failures, retried twice.
+#[test]
+fn bad_answers_fail_and_server_errors_are_transport() {
+    let undeclared = json!({"answers": {
+        "ok": {"type": "noul", "noul": 0.9},
+        "size": {"type": "choice", "probabilities": {"small": 0.2, "huge": 0.8}},
+        "kind": {"type": "choice", "probabilities": {"bug": 0.1, "chore": 0.9}},
+    }})
+    .to_string();
+    for (reply, status, note, calls) in [
+        ((200, undeclared), "fail", "undeclared label", 1),
+        ((400, "{}".to_string()), "fail", "HTTP 400", 1),
+        ((200, "not json".to_string()), "fail", "not JSON", 1),
+        ((503, "{}".to_string()), "transport", "HTTP 503", 3),
+        ((429, "{}".to_string()), "transport", "HTTP 429", 3),
+    ] {
+        let p = pack();
+        let model = SystemOne::start(vec![reply]);
+        let r = run(&p, &model, &[]);
+        assert_eq!(r.code, 3, "{r:?}");
+        let row = p.row("model");
+        assert_eq!(row["status"], status, "{row}");
+        let shown = row["note"].as_str().unwrap_or_default();
+        assert!(shown.contains(note), "{note}: {row}");
+        assert_eq!(model.requests().len(), calls, "{row}");
+        assert_eq!(p.row("go")["status"], "blocked");
+    }
+}
+
+// C-INFERENCE: a malformed binding is refused before any work; a binding whose key variable is
+// unset, or the `decision` capability without a binding, is refused before any dispatch.
+#[test]
+fn bindings_are_checked_before_any_work() {
+    let p = pack();
+    let r = p
+        .command(&p.run_args(&[]))
+        .env("CRUCIBLE_INFERENCE", r#"{"version": 2, "bindings": []}"#)
+        .run();
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("CRUCIBLE_INFERENCE: version 2"),
+        "{}",
+        r.stderr
+    );
+    assert!(!p.path().join("state").exists(), "nothing ran");
+
+    let model = SystemOne::start(vec![(200, answers(0.9))]);
+    let r = p
+        .command(&p.run_args(&[]))
+        .env("CRUCIBLE_INFERENCE", &model.binding(Some("S1_UNSET_KEY")))
+        .run();
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("`S1_UNSET_KEY` is not set"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("refused:"), "{}", r.stderr);
+    assert!(model.requests().is_empty());
+}
+
+// RFC-0002:C-PLAYBOOK-BUDGET: a model-decided route can spend, so it is a dispatch the cost
+// ceiling admits; once the ceiling is reached it settles blocked without asking.
+#[test]
+fn the_cost_ceiling_blocks_the_route_before_it_asks() {
+    let p = star(
+        r#"spend = agent(name = "spend", prompt = "Spend.")
+model = route(name = "model", depends_on = [spend], min_confidence = 0.5,
+    questions = {"ok": noul()}, required = False)
+workflow([spend, model])
+"#,
+    );
+    let model = SystemOne::start(vec![(200, answers(0.9))]);
+    let r = run(
+        &p,
+        &model,
+        &[
+            "--agent-cmd",
+            r#"echo '{"cost_usd": 2}' > PLAN_TASK_RESULT.json"#,
+            "--max-cost",
+            "1",
+        ],
+    );
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = p.row("model");
+    assert_eq!(row["status"], "blocked", "{row}");
+    assert_eq!(row["blocked"]["reason"], "budget_ceiling");
+    assert!(model.requests().is_empty());
+}

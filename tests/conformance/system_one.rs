@@ -1,0 +1,91 @@
+//! A decision model on loopback speaking System One (RFC-0001 notes §5), standing in for the
+//! paid service in the model-route tests: a real HTTP/1.1 server that records every request
+//! (its bearer key and JSON body) and answers from a list of canned replies, the last one
+//! repeating.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+/// One request the model received.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub authorization: Option<String>,
+    pub path: String,
+    pub body: Value,
+}
+
+pub struct SystemOne {
+    port: u16,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl SystemOne {
+    /// Serve `replies` (HTTP status, body) in order, repeating the last.
+    pub fn start(replies: Vec<(u16, String)>) -> SystemOne {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for (n, stream) in listener.incoming().enumerate() {
+                let Ok(stream) = stream else { return };
+                let reply = replies[n.min(replies.len() - 1)].clone();
+                if let Some(req) = serve(stream, reply) {
+                    log.lock().unwrap().push(req);
+                }
+            }
+        });
+        SystemOne { port, seen }
+    }
+
+    /// `CRUCIBLE_INFERENCE` naming this model as the run's decision binding.
+    pub fn binding(&self, key_env: Option<&str>) -> String {
+        let key = key_env.map_or(String::new(), |k| format!(r#", "key_env": "{k}""#));
+        format!(
+            r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "system_one", "url": "http://127.0.0.1:{}/v1/systemone", "model": "s1-test"{key}}}]}}"#,
+            self.port
+        )
+    }
+
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Read one request (headers, then a `Content-Length` body) and write the reply.
+fn serve(stream: TcpStream, (status, body): (u16, String)) -> Option<Seen> {
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let path = line.split_whitespace().nth(1)?.to_string();
+    let (mut length, mut authorization) = (0, None);
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().ok()?,
+            "authorization" => authorization = Some(value.trim().to_string()),
+            _ => {}
+        }
+    }
+    let mut raw = vec![0; length];
+    reader.read_exact(&mut raw).ok()?;
+    let mut out = stream;
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    Some(Seen {
+        authorization,
+        path,
+        body: serde_json::from_slice(&raw).unwrap_or(Value::Null),
+    })
+}
