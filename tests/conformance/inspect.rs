@@ -192,6 +192,37 @@ fn check_prints_bounds_and_env_names_only() {
         .stderr(predicate::str::contains("unknown task `nope`"));
 }
 
+// C-INFERENCE: check names the decision model a run would ask (the key by variable name only)
+// and finds a malformed CRUCIBLE_INFERENCE before any run.
+#[test]
+fn check_discloses_the_decision_model_and_refuses_a_bad_binding() {
+    let d = pack();
+    let binding = r#"{"version": 1, "bindings": [{"role": "decision", "protocol": "system_one", "url": "https://s1.example/v1/systemone", "model": "s1-small", "key_env": "S1_KEY"}]}"#;
+    crucible()
+        .args(["check", "--cap", "human", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .env("CRUCIBLE_INFERENCE", binding)
+        .env("S1_KEY", "sk-decision-secret")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "decision model: s1-small at https://s1.example/v1/systemone (key from $S1_KEY)",
+        ))
+        .stdout(predicate::str::contains("sk-decision-secret").not());
+    crucible()
+        .args(["check", "--cap", "human", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .env(
+            "CRUCIBLE_INFERENCE",
+            r#"{"version": 1, "bindings": [{"role": "oracle"}]}"#,
+        )
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "error[C-INFERENCE]: CRUCIBLE_INFERENCE:",
+        ));
+}
+
 // RFC-0002:C-PACK-BASE — the digest and the ignored paths.
 #[test]
 fn pack_digest_reports_ignored_paths() {

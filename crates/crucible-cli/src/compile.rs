@@ -464,6 +464,23 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             agent.env.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
+    match crate::run::inference_bindings() {
+        Ok(inf) => match &inf.decision {
+            Some(d) => println!(
+                "  decision model: {} at {} ({})",
+                d.model,
+                d.url.as_deref().unwrap_or("its default URL"),
+                d.key_env
+                    .as_ref()
+                    .map_or("no key".to_string(), |k| format!("key from ${k}"))
+            ),
+            None => println!("  decision model: none"),
+        },
+        Err(e) => {
+            eprintln!("error[C-INFERENCE]: {e}");
+            findings += 1;
+        }
+    }
     for (name, sb) in &agent.sandbox {
         println!(
             "  sandbox {name}: image {}, secrets [{}], endpoints [{}]",

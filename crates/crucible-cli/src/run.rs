@@ -382,7 +382,7 @@ impl Drop for Live {
 }
 
 /// The model bindings in `CRUCIBLE_INFERENCE`, refused before any work when malformed.
-fn inference_bindings() -> Result<Inference> {
+pub(crate) fn inference_bindings() -> Result<Inference> {
     match std::env::var(INFERENCE_ENV) {
         Ok(text) => inference::parse(&text).map_err(|e| anyhow!("{INFERENCE_ENV}: {e}")),
         Err(std::env::VarError::NotPresent) => Ok(Inference::default()),
