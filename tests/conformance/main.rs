@@ -10,6 +10,7 @@ mod caps;
 mod example_branching;
 mod examples;
 mod fanout;
+mod history;
 mod inspect;
 mod io;
 mod lane;

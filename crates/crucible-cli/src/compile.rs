@@ -301,6 +301,14 @@ fn print_deadlines(plan: &Plan) {
         ceilings::MAX_HISTORY,
         ceilings::TRANSPORT_RETRIES
     );
+    // RFC-0002:C-RUN-HISTORY: the bound is discoverable before a run starts.
+    match crate::run::history_bound() {
+        Ok(b) => println!(
+            "  history: at most {b} bytes per task ({})",
+            crucible_engine::history::HISTORY_MAX_BYTES_ENV
+        ),
+        Err(e) => eprintln!("warning: {e}"),
+    }
 }
 
 pub fn show(a: &ShowArgs) -> Result<ExitCode> {

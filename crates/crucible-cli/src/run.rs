@@ -4,6 +4,9 @@ use crate::args::{RerunArgs, RunArgs, RunsArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_agent::inference::{self, Inference, INFERENCE_ENV};
 use crucible_dsl::settings;
+use crucible_engine::history::{
+    History, DEFAULT_HISTORY_MAX_BYTES, HISTORY_ENV, HISTORY_MAX_BYTES_ENV,
+};
 use crucible_engine::{Launch, Observer, RunErrorKind, RunRequest, RunSummary};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
@@ -96,6 +99,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     });
     let max_files_bytes = crate::compile::files_bound(args.max_files_bytes.as_deref())?;
     let inference = inference_bindings()?;
+    let history = launch_history()?;
     let mut caps = args.caps.clone();
     // A decision binding is the `decision` capability (RFC-0001 notes §5).
     if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
@@ -118,6 +122,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         max_files_bytes,
         launch,
         inference,
+        history,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -387,5 +392,26 @@ pub(crate) fn inference_bindings() -> Result<Inference> {
         Ok(text) => inference::parse(&text).map_err(|e| anyhow!("{INFERENCE_ENV}: {e}")),
         Err(std::env::VarError::NotPresent) => Ok(Inference::default()),
         Err(e) => bail!("{INFERENCE_ENV}: {e}"),
+    }
+}
+
+/// The bound on the history one task receives: `CRUCIBLE_HISTORY_MAX_BYTES`, or 64 KiB.
+pub(crate) fn history_bound() -> Result<u64> {
+    match std::env::var(HISTORY_MAX_BYTES_ENV) {
+        Ok(text) => crucible_engine::files::parse_size(&text)
+            .map_err(|e| anyhow!("{HISTORY_MAX_BYTES_ENV}: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_HISTORY_MAX_BYTES),
+        Err(e) => bail!("{HISTORY_MAX_BYTES_ENV}: {e}"),
+    }
+}
+
+/// The launch series' earlier runs in `CRUCIBLE_HISTORY`, refused before any work when
+/// malformed; none when the run belongs to no series.
+fn launch_history() -> Result<History> {
+    let bound = history_bound()?;
+    match std::env::var(HISTORY_ENV) {
+        Ok(text) => History::parse(&text, bound).map_err(|e| anyhow!("{HISTORY_ENV}: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(History::none(bound)),
+        Err(e) => bail!("{HISTORY_ENV}: {e}"),
     }
 }

@@ -49,9 +49,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             plan.workflow_type
         ));
     }
-    if plan.history_record.is_some() {
-        return refuse("history_record is not available yet in this engine".into());
-    }
     if plan.tasks.is_empty() {
         return refuse("the plan has no tasks".into());
     }
@@ -93,9 +90,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
                 ))
             }
             other => unsupported(&format!("kind `{other}`"))?,
-        }
-        if t.history > 0 {
-            unsupported("history")?;
         }
         if t.sandbox.is_some() {
             unsupported("a sandbox")?;
@@ -344,6 +338,7 @@ mod tests {
             jobs: 1,
             launch: crate::Launch::Fresh,
             inference: Default::default(),
+            history: crate::history::History::none(0),
             agent_cmd: None,
             harness: None,
             model: None,

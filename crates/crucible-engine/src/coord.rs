@@ -16,6 +16,7 @@ mod branch;
 use crate::admit::Admitted;
 use crate::files::{StagedSet, StagingPlan};
 use crate::graph::{route, Entry};
+use crate::history::History;
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
 use crate::rerun::{self, Parent};
@@ -155,6 +156,8 @@ enum Phase {
 struct Coord<'o> {
     tasks: Arc<Vec<Task>>,
     params: Value,
+    /// The launch series' earlier runs, for tasks that read history.
+    history: History,
     adm: Admitted,
     ctx: Arc<Ctx>,
     observer: &'o mut dyn Observer,
@@ -308,6 +311,7 @@ pub async fn execute(
         state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
         state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
         std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
+        req.history.save(&run_dir).map_err(state_err("history"))?;
         let mut file =
             log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
         let start = Event::Start(Start {
@@ -386,9 +390,16 @@ pub async fn execute(
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
     let (abort, _) = watch::channel(Abort::None);
+    // RFC-0002:C-RUN-HISTORY: a resumed run gives every task the history it was started with.
+    let history = if req.launch == Launch::Resume {
+        History::load(&run_dir, 0).map_err(state_err("history"))?
+    } else {
+        req.history.clone()
+    };
     let mut c = Coord {
         tasks: Arc::new(req.plan.tasks.clone()),
         params: serde_json::to_value(&req.plan.params).expect("params serialize"),
+        history,
         waiting: adm.deps.iter().map(Vec::len).collect(),
         adm,
         ctx,
@@ -746,6 +757,9 @@ impl Coord<'_> {
         // `params` (RFC-0002:C-PLAYBOOK-PARAMS): neither an agent nor a decision model.
         if t.kind != TaskKind::Agent && !t.can_spend() {
             m.insert("params".into(), self.params.clone());
+        }
+        if t.history > 0 {
+            m.insert("history".into(), self.history.input(t.history));
         }
         if t.stage == Stage::Epilogue {
             let exit = self

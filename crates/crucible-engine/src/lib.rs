@@ -10,6 +10,7 @@ mod coord;
 pub mod files;
 mod git;
 pub mod graph;
+pub mod history;
 mod log;
 mod proc;
 mod rerun;
@@ -52,6 +53,8 @@ pub struct RunRequest {
     /// The model bindings of `CRUCIBLE_INFERENCE`; a decision binding is what a route a model
     /// decides asks.
     pub inference: crucible_agent::inference::Inference,
+    /// The launch series' earlier runs (`CRUCIBLE_HISTORY`); a resumed run keeps its own.
+    pub history: history::History,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).
