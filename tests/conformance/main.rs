@@ -1,8 +1,8 @@
 //! The conformance suite: drives the real `crucible` binary, one module per RFC-0002 clause
 //! (see docs/conformance.md for the map from each MUST to its tests).
 
+mod http_double;
 mod support;
-mod system_one;
 
 mod agent;
 mod budget;
@@ -18,6 +18,7 @@ mod live;
 mod mapped_files;
 mod model_routes;
 mod repair;
+mod reports;
 mod rerun;
 mod resume;
 mod resume_branches;

@@ -2,8 +2,8 @@
 //! C-PLAYBOOK-BUDGET for their capability and spend), against a System One model on loopback.
 
 use crate::fanout::star;
+use crate::http_double::HttpDouble;
 use crate::support::{Pack, Ran};
-use crate::system_one::SystemOne;
 use serde_json::json;
 
 const WORKFLOW: &str = r#"judge = command(name = "judge",
@@ -37,9 +37,18 @@ fn answers(ok: f64) -> String {
     .to_string()
 }
 
-fn run(p: &Pack, model: &SystemOne, extra: &[&str]) -> Ran {
+/// `CRUCIBLE_INFERENCE` naming `model` as the run's decision binding.
+fn binding(model: &HttpDouble, key_env: Option<&str>) -> String {
+    let key = key_env.map_or(String::new(), |k| format!(r#", "key_env": "{k}""#));
+    format!(
+        r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "system_one", "url": "{}", "model": "s1-test"{key}}}]}}"#,
+        model.url("/v1/systemone")
+    )
+}
+
+fn run(p: &Pack, model: &HttpDouble, extra: &[&str]) -> Ran {
     p.command(&p.run_args(extra))
-        .env("CRUCIBLE_INFERENCE", &model.binding(Some("S1_TEST_KEY")))
+        .env("CRUCIBLE_INFERENCE", &binding(model, Some("S1_TEST_KEY")))
         .env("S1_TEST_KEY", "sekrit")
         .run()
 }
@@ -50,7 +59,7 @@ fn run(p: &Pack, model: &SystemOne, extra: &[&str]) -> Ran {
 #[test]
 fn a_decision_model_answers_the_route_and_when_follows_it() {
     let p = pack();
-    let model = SystemOne::start(vec![(200, answers(0.9))]);
+    let model = HttpDouble::start(vec![(200, answers(0.9))]);
     let r = run(&p, &model, &[]);
     assert_eq!(r.code, 0, "{r:?}");
     let row = p.row("model");
@@ -96,7 +105,7 @@ fn a_decision_model_answers_the_route_and_when_follows_it() {
 #[test]
 fn an_answer_below_min_confidence_is_uncertain() {
     let p = pack();
-    let model = SystemOne::start(vec![(200, answers(0.6))]);
+    let model = HttpDouble::start(vec![(200, answers(0.6))]);
     let r = run(&p, &model, &[]);
     assert_eq!(r.code, 0, "{r:?}");
     let ok = &p.row("model")["output"]["ok"];
@@ -125,7 +134,7 @@ fn bad_answers_fail_and_server_errors_are_transport() {
         ((429, "{}".to_string()), "transport", "HTTP 429", 3),
     ] {
         let p = pack();
-        let model = SystemOne::start(vec![reply]);
+        let model = HttpDouble::start(vec![reply]);
         let r = run(&p, &model, &[]);
         assert_eq!(r.code, 3, "{r:?}");
         let row = p.row("model");
@@ -154,10 +163,10 @@ fn bindings_are_checked_before_any_work() {
     );
     assert!(!p.path().join("state").exists(), "nothing ran");
 
-    let model = SystemOne::start(vec![(200, answers(0.9))]);
+    let model = HttpDouble::start(vec![(200, answers(0.9))]);
     let r = p
         .command(&p.run_args(&[]))
-        .env("CRUCIBLE_INFERENCE", &model.binding(Some("S1_UNSET_KEY")))
+        .env("CRUCIBLE_INFERENCE", &binding(&model, Some("S1_UNSET_KEY")))
         .run();
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -180,7 +189,7 @@ model = route(name = "model", depends_on = [spend], min_confidence = 0.5,
 workflow([spend, model])
 "#,
     );
-    let model = SystemOne::start(vec![(200, answers(0.9))]);
+    let model = HttpDouble::start(vec![(200, answers(0.9))]);
     let r = run(
         &p,
         &model,

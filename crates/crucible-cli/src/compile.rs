@@ -309,6 +309,20 @@ fn print_deadlines(plan: &Plan) {
         ),
         Err(e) => eprintln!("warning: {e}"),
     }
+    // RFC-0002:C-REPORTS: the operator's report bounds, and whether a destination is set.
+    match crate::run::report_config() {
+        Ok(r) => println!(
+            "  reports: result at most {} bytes, body at most {} bytes, Slack webhook {}",
+            r.result_max_bytes,
+            r.body_max_bytes,
+            if r.slack_webhook.is_some() {
+                "configured"
+            } else {
+                "not configured"
+            }
+        ),
+        Err(e) => eprintln!("warning: {e}"),
+    }
 }
 
 pub fn show(a: &ShowArgs) -> Result<ExitCode> {

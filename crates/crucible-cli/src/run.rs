@@ -7,6 +7,7 @@ use crucible_dsl::settings;
 use crucible_engine::history::{
     History, DEFAULT_HISTORY_MAX_BYTES, HISTORY_ENV, HISTORY_MAX_BYTES_ENV,
 };
+use crucible_engine::report::{self, ReportConfig};
 use crucible_engine::{Launch, Observer, RunErrorKind, RunRequest, RunSummary};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
@@ -100,6 +101,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let max_files_bytes = crate::compile::files_bound(args.max_files_bytes.as_deref())?;
     let inference = inference_bindings()?;
     let history = launch_history()?;
+    let reports = report_config()?;
     let mut caps = args.caps.clone();
     // A decision binding is the `decision` capability (RFC-0001 notes §5).
     if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
@@ -123,6 +125,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         launch,
         inference,
         history,
+        reports,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -414,4 +417,30 @@ fn launch_history() -> Result<History> {
         Err(std::env::VarError::NotPresent) => Ok(History::none(bound)),
         Err(e) => bail!("{HISTORY_ENV}: {e}"),
     }
+}
+
+/// What the operator configured for reports (RFC-0002:C-REPORTS): the result and body bounds,
+/// the Slack webhook and the run link, from the environment the controller sets.
+pub(crate) fn report_config() -> Result<ReportConfig> {
+    let size = |var: &str, default: u64| -> Result<u64> {
+        match std::env::var(var) {
+            Ok(text) => {
+                crucible_engine::files::parse_size(&text).map_err(|e| anyhow!("{var}: {e}"))
+            }
+            Err(std::env::VarError::NotPresent) => Ok(default),
+            Err(e) => bail!("{var}: {e}"),
+        }
+    };
+    let text = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+    ReportConfig {
+        result_max_bytes: size(
+            report::RESULT_MAX_BYTES_ENV,
+            report::DEFAULT_RESULT_MAX_BYTES,
+        )?,
+        body_max_bytes: size(report::BODY_MAX_BYTES_ENV, report::BODY_MAX_BYTES_CEILING)?,
+        slack_webhook: text(report::SLACK_WEBHOOK_ENV),
+        run_url: text(report::RUN_URL_ENV),
+    }
+    .checked()
+    .map_err(|e| anyhow!(e))
 }

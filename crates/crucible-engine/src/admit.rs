@@ -84,6 +84,11 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
                 }
             }
             TaskKind::Route => route_runs(t, &req.caps, req.inference.decision.as_ref())?,
+            TaskKind::Report => match t.report.as_ref().map(|r| r.destination.as_str()) {
+                Some("slack") => {}
+                Some(other) => unsupported(&format!("the report destination `{other}`"))?,
+                None => return refuse(format!("report task `{n}` names no destination")),
+            },
             TaskKind::Engine => {
                 return refuse(format!(
                     "task `{n}` names an engine operation, which a playbook may not (RFC-0002:C-PLAYBOOK-LANE)"
@@ -339,6 +344,7 @@ mod tests {
             launch: crate::Launch::Fresh,
             inference: Default::default(),
             history: crate::history::History::none(0),
+            reports: Default::default(),
             agent_cmd: None,
             harness: None,
             model: None,

@@ -19,6 +19,7 @@ use crate::graph::{route, Entry};
 use crate::history::History;
 use crate::log::{self, Seq, Writer};
 use crate::proc::{self, Abort, Deadline, Ended};
+use crate::report::{self, ReportConfig};
 use crate::rerun::{self, Parent};
 use crate::resume::{self, Resumption};
 use crate::taskfiles::{self, RunFiles, StagingRefused};
@@ -33,7 +34,7 @@ use crucible_plan::wire::{
 use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
 };
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,6 +120,8 @@ struct Ctx {
     files: Arc<RunFiles>,
     /// The decision model routes ask (admission checked it can be asked).
     decision: Option<crucible_agent::inference::Binding>,
+    /// Where reports go and how large they may be.
+    reports: ReportConfig,
 }
 
 /// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
@@ -386,6 +389,7 @@ pub async fn execute(
         spend_blocked: Arc::new(AtomicBool::new(false)),
         files: Arc::new(files),
         decision: req.inference.decision.clone(),
+        reports: req.reports.clone(),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -673,6 +677,12 @@ impl Coord<'_> {
 
     fn start(&mut self, i: usize) {
         let task = self.task(i).clone();
+        if task.kind == TaskKind::Report {
+            let context = self.report_context(&task);
+            self.state[i] = TaskState::Running;
+            self.spawn_attempt(i, task, context, Vec::new(), None, route::Options::new());
+            return;
+        }
         let staging = self.staging(i);
         let mut inputs = self.inputs(i);
         let deps: Vec<&str> = self.adm.deps[i]
@@ -683,6 +693,42 @@ impl Coord<'_> {
         self.state[i] = TaskState::Running;
         let options = self.take_route_options(i);
         self.spawn_attempt(i, task, inputs, staging.sets, None, options);
+    }
+
+    /// What a report renders (RFC-0002:C-REPORTS): the verdict the main graph settled, the
+    /// spend, pass and failure counts, the first main-graph tasks' statuses, the run, and its
+    /// selected task as [`report::selected`] sees it.
+    fn report_context(&self, task: &Task) -> Value {
+        let verdict = self.main_end.as_ref().map(|e| e.3);
+        let main: Vec<&TaskResult> = (self.tasks.iter().zip(&self.state))
+            .filter(|(t, _)| t.stage == Stage::Iteration)
+            .filter_map(|(_, st)| st.row())
+            .collect();
+        let count = |f: &dyn Fn(Status) -> bool| main.iter().filter(|r| f(r.status)).count();
+        let tasks: Vec<Value> = main
+            .iter()
+            .take(report::MAX_TEMPLATE_TASKS)
+            .map(|r| json!({"name": r.task, "status": r.status.to_string()}))
+            .collect();
+        let selected = task.report.as_ref().and_then(|r| r.result.as_deref());
+        let result = selected.and_then(|name| {
+            let j = self.tasks.iter().position(|t| t.name == name)?;
+            let row = self.state[j].row();
+            Some(match row {
+                Some(r) => report::selected(self.task(j), r.status, r.output.as_ref()),
+                // It never settled (the run stopped first): no status to show.
+                None => json!({"task": name, "status": Value::Null}),
+            })
+        });
+        json!({
+            "verdict": verdict.map(|v| v.to_string()),
+            "spent_usd": self.spent,
+            "passed": count(&|s| s == Status::Pass),
+            "failed": count(&|s| matches!(s, Status::Fail | Status::Transport)),
+            "tasks": tasks,
+            "run": self.ctx.run_id,
+            "result": result,
+        })
     }
 
     /// The declared-file sets task `i` receives, from the settled rows as they stand now
@@ -726,6 +772,8 @@ impl Coord<'_> {
             let run = tokio::spawn(async move {
                 if task.kind == TaskKind::Route {
                     decide_by_model(&ctx, &task, inputs, &sets, &options, abort).await
+                } else if task.kind == TaskKind::Report {
+                    deliver_report(&ctx, &task, inputs).await
                 } else {
                     attempt(&ctx, i, &task, &set_name, inputs, sets, abort).await
                 }
@@ -1439,7 +1487,28 @@ async fn attempt(
 /// Whether a task takes an isolated lane: it runs in its own checkout, or touches no
 /// workspace at all (a route a decision model decides waits on the network, not the workspace).
 fn own_lane(t: &Task) -> bool {
-    t.isolated || t.kind == TaskKind::Route
+    t.isolated || matches!(t.kind, TaskKind::Route | TaskKind::Report)
+}
+
+/// A report (RFC-0002:C-REPORTS): `context` is what [`Coord::report_context`] built when it was
+/// dispatched; rendering and delivery happen off the runtime, under the delivery's own timeout.
+async fn deliver_report(ctx: &Ctx, task: &Task, context: Value) -> Report {
+    let began = Instant::now();
+    let (t, config) = (task.clone(), ctx.reports.clone());
+    let delivered = tokio::task::spawn_blocking(move || report::deliver(&t, &context, &config))
+        .await
+        .expect("delivery does not panic");
+    let destination = task.report.as_ref().map_or("", |r| r.destination.as_str());
+    let (status, note, output) = report::settled(destination, &delivered);
+    let mut out = Report::empty();
+    out.attempts = 1;
+    out.graded = Graded {
+        status,
+        note,
+        output: Some(output),
+    };
+    out.secs = began.elapsed().as_secs_f64();
+    out
 }
 
 /// The deadline of an attempt of `task` starting now: its own limit, or the run's ceiling if

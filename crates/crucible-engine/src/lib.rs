@@ -13,6 +13,7 @@ pub mod graph;
 pub mod history;
 mod log;
 mod proc;
+pub mod report;
 mod rerun;
 mod resume;
 pub mod state;
@@ -55,6 +56,8 @@ pub struct RunRequest {
     pub inference: crucible_agent::inference::Inference,
     /// The launch series' earlier runs (`CRUCIBLE_HISTORY`); a resumed run keeps its own.
     pub history: history::History,
+    /// The operator's report bounds, Slack webhook and run link.
+    pub reports: report::ReportConfig,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

@@ -1,7 +1,6 @@
-//! A decision model on loopback speaking System One (RFC-0001 notes §5), standing in for the
-//! paid service in the model-route tests: a real HTTP/1.1 server that records every request
-//! (its bearer key and JSON body) and answers from a list of canned replies, the last one
-//! repeating.
+//! A remote service on loopback, standing in for a paid or external one (a System One decision
+//! model, a Slack webhook): a real HTTP/1.1 server that records every request (its path, bearer
+//! key and JSON body) and answers from a list of canned replies, the last one repeating.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -16,14 +15,14 @@ pub struct Seen {
     pub body: Value,
 }
 
-pub struct SystemOne {
+pub struct HttpDouble {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
-impl SystemOne {
+impl HttpDouble {
     /// Serve `replies` (HTTP status, body) in order, repeating the last.
-    pub fn start(replies: Vec<(u16, String)>) -> SystemOne {
+    pub fn start(replies: Vec<(u16, String)>) -> HttpDouble {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -37,16 +36,12 @@ impl SystemOne {
                 }
             }
         });
-        SystemOne { port, seen }
+        HttpDouble { port, seen }
     }
 
-    /// `CRUCIBLE_INFERENCE` naming this model as the run's decision binding.
-    pub fn binding(&self, key_env: Option<&str>) -> String {
-        let key = key_env.map_or(String::new(), |k| format!(r#", "key_env": "{k}""#));
-        format!(
-            r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "system_one", "url": "http://127.0.0.1:{}/v1/systemone", "model": "s1-test"{key}}}]}}"#,
-            self.port
-        )
+    /// The URL of `path` on this server.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
     }
 
     pub fn requests(&self) -> Vec<Seen> {
