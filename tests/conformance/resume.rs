@@ -218,10 +218,16 @@ fn crash_playbook(seed: u64, n: usize) -> String {
         "sleep 0.05; mkdir -p made; echo made > made/mk.txt; echo '{}'",
         "emits_files = [\"made/mk.txt\"]",
     ));
+    // An isolated producer: its set is moved out of its checkout (files/adopt.rs).
+    body.push_str(&ledgered(
+        "mki",
+        "sleep 0.05; mkdir -p made; echo moved > made/mki.txt; echo '{}'",
+        "emits_files = [\"made/mki.txt\"]\nisolated = true",
+    ));
     body.push_str(&ledgered(
         "usef",
-        "test \"$(cat inputs/mk/made/mk.txt)\" = made && echo '{}'",
-        "depends_on = [\"mk\", \"each\", \"review\"]",
+        "test \"$(cat inputs/mk/made/mk.txt)\" = made && test \"$(cat inputs/mki/made/mki.txt)\" = moved && echo '{}'",
+        "depends_on = [\"mk\", \"mki\", \"each\", \"review\"]",
     ));
     body.push_str(&ledgered(
         "report",
@@ -310,7 +316,7 @@ fn statuses(p: &Pack) -> BTreeMap<String, String> {
         .collect()
 }
 
-// RFC-0002:C-PLAYBOOK-RESUME, the crash test of issue 6: a seeded 47-task playbook (shared and
+// RFC-0002:C-PLAYBOOK-RESUME, the crash test of issue 6: a seeded 48-task playbook (shared and
 // isolated tasks, advisory failures, blocked and settled-join dependents, a mapped node, a revise
 // loop, a declared-files producer and consumer, an epilogue) is killed
 // with SIGKILL at seeded moments, at least 20 times in a row, and resumed each time until it
@@ -332,12 +338,12 @@ fn sigkill_twenty_times_and_resume_equals_an_uninterrupted_run() {
     assert!(r.code == 0 || r.code == 3, "{r:?}");
     let want_status = statuses(&reference);
     let want_shutdown = reference.shutdown();
-    // 47 tasks, three instances, two or three rounds of two body tasks.
+    // 48 tasks, three instances, two or three rounds of two body tasks.
     let rounds = want_status.keys().filter(|t| t.contains("[round-")).count();
     assert!(rounds == 4 || rounds == 6, "{want_status:?}");
     assert_eq!(
         want_status.len(),
-        47 + 3 + rounds,
+        48 + 3 + rounds,
         "every task settles once uninterrupted"
     );
     for t in ["each[p]", "each", "review", "usef"] {
