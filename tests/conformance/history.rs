@@ -101,14 +101,7 @@ fn the_size_bound_drops_the_oldest_whole_records() {
     let far = p.saved("far")["history"].clone();
     assert_eq!(runs(&far), ["r3", "r4"]);
     assert_eq!(far["dropped"], 2);
-    let check = p
-        .command(&[
-            "check".into(),
-            "--manifest".into(),
-            p.path().join("crucible.toml").to_string_lossy().into(),
-        ])
-        .env("CRUCIBLE_HISTORY_MAX_BYTES", "8K")
-        .run();
+    let check = p.check().env("CRUCIBLE_HISTORY_MAX_BYTES", "8K").run();
     assert!(
         check
             .stdout

@@ -163,14 +163,7 @@ fn oversized_reports_fail_and_bounds_are_discoverable() {
     );
     assert!(slack.requests().is_empty());
 
-    let check = p
-        .command(&[
-            "check".into(),
-            "--manifest".into(),
-            p.path().join("crucible.toml").to_string_lossy().into(),
-        ])
-        .env("CRUCIBLE_REPORT_BODY_MAX_BYTES", "1K")
-        .run();
+    let check = p.check().env("CRUCIBLE_REPORT_BODY_MAX_BYTES", "1K").run();
     assert!(
         check
             .stdout

@@ -76,6 +76,16 @@ impl Pack {
         all
     }
 
+    /// `crucible check --manifest` of this pack.
+    pub fn check(&self) -> Cmd {
+        let manifest = self.path().join("crucible.toml");
+        self.command(&[
+            "check".into(),
+            "--manifest".into(),
+            manifest.to_string_lossy().into(),
+        ])
+    }
+
     pub fn command(&self, args: &[String]) -> Cmd {
         let mut c = Command::new(BIN);
         c.args(args)
