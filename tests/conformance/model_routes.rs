@@ -206,3 +206,23 @@ workflow([spend, model])
     assert_eq!(row["blocked"]["reason"], "budget_ceiling");
     assert!(model.requests().is_empty());
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME: a model-decided route that settled before a crash is folded, never
+// asked again, and its dependents follow the folded answer.
+#[test]
+fn a_folded_model_route_is_not_asked_again() {
+    let p = pack();
+    let model = HttpDouble::start(vec![(200, answers(0.9))]);
+    assert_eq!(run(&p, &model, &[]).code, 0);
+    crate::resume::cut_log(&p, |l| l["kind"] != "shutdown");
+    crate::resume_branches::cut_after(&p, "model");
+    let again = HttpDouble::start(vec![(200, answers(0.1))]);
+    let r = run(&p, &again, &["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        again.requests().is_empty(),
+        "the folded route was asked again"
+    );
+    assert_eq!(p.row("go")["status"], "pass");
+    assert_eq!(p.row("stay")["status"], "not_taken");
+}

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 /// Keeps the current run's log up to and including the row of `last`: what a SIGKILL right
 /// after that row reached the disk leaves.
-fn cut_after(p: &Pack, last: &str) {
+pub fn cut_after(p: &Pack, last: &str) {
     let path = log_path(p, &current(p));
     let text = std::fs::read_to_string(&path).unwrap();
     let mut kept = String::new();
