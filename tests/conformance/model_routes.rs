@@ -4,7 +4,7 @@
 use crate::fanout::star;
 use crate::http_double::HttpDouble;
 use crate::support::{Pack, Ran};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const WORKFLOW: &str = r#"judge = command(name = "judge",
     run = "echo '{\"n\": 1}' > verdict.json; echo '{\"kinds\": [\"bug\", \"chore\"]}'",
@@ -225,4 +225,35 @@ fn a_folded_model_route_is_not_asked_again() {
     );
     assert_eq!(p.row("go")["status"], "pass");
     assert_eq!(p.row("stay")["status"], "not_taken");
+}
+
+// RFC-0001 notes §5 (C-ROUTE-EACH): a mapped model-decided route asks once per item, with the
+// item in its state, each a dispatch of its own; a mapped task follows each item's answer.
+#[test]
+fn a_mapped_model_route_asks_once_per_item() {
+    let p = star(
+        r#"src = command(name = "src", run = "echo '{\"items\": [\"a\", \"b\", \"c\"]}'", emits = {"items": "list"})
+gate = route(name = "gate", depends_on = [src], over = src.items, max_fanout = 8, min_confidence = 0.5,
+    questions = {"ok": noul(drop = ["no", "uncertain"])})
+fix = command(name = "fix", run = "echo '{}'", depends_on = [src, gate], over = src.items,
+    max_fanout = 8, when = gate.ok, answers = "yes")
+workflow([src, gate, fix])
+"#,
+    );
+    let noul = |p: f64| json!({"answers": {"ok": {"type": "noul", "noul": p}}}).to_string();
+    let model = HttpDouble::start(vec![(200, noul(0.9)), (200, noul(0.1)), (200, noul(0.8))]);
+    // One lane at a time, so the replies meet the items in order.
+    let r = run(&p, &model, &["--jobs", "1"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let items: Vec<Value> = model
+        .requests()
+        .iter()
+        .map(|r| r.body["state"]["item"].clone())
+        .collect();
+    assert_eq!(items, [json!("a"), json!("b"), json!("c")]);
+    assert_eq!(p.row("gate[b]")["output"]["ok"]["label"], "no");
+    assert_eq!(p.row("gate")["status"], "pass");
+    assert_eq!(p.row("fix[a]")["status"], "pass");
+    assert_eq!(p.row("fix[b]")["status"], "not_taken");
+    assert_eq!(p.row("fix[c]")["status"], "pass");
 }

@@ -213,3 +213,34 @@ fn model_route_truncates_or_is_refused() {
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("no decision binding"), "{}", r.stderr);
 }
+
+// RFC-0001 notes §5 (C-ROUTE-EACH): a route mapped over a list decides each item on its own,
+// here from its source's keyed field narrowed to the item; a task mapped over the same list
+// reads each item's answer with `when`, and the route node passes when every item was decided.
+#[test]
+fn a_mapped_route_decides_each_item_and_when_follows_per_item() {
+    let p = star(
+        r#"src = command(name = "src", run = "echo '{\"items\": [\"a\", \"b/x\", \"c\"]}'", emits = {"items": "list"})
+judge = command(name = "judge", run = "echo '{\"ok\": {\"a\": true, \"b/x\": false, \"c\": true}}'", emits = ["ok"])
+gate = route(name = "gate", depends_on = [src, judge], over = src.items, max_fanout = 8,
+    keyed = [judge.ok], source = judge, questions = {"ok": noul(drop = ["no", "uncertain"])})
+fix = command(name = "fix", run = "python3 $PACK/save.py", depends_on = [src, gate],
+    over = src.items, max_fanout = 8, when = gate.ok, answers = "yes")
+workflow([src, judge, gate, fix])
+"#,
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    for (key, label) in [("a", "yes"), ("b/x", "no"), ("c", "yes")] {
+        let row = p.row(&format!("gate[{key}]"));
+        assert_eq!(row["status"], "pass", "{row}");
+        assert_eq!(row["output"]["ok"]["label"], label, "{row}");
+    }
+    let gate = p.row("gate");
+    assert_eq!(gate["status"], "pass");
+    assert_eq!(gate["output"]["b/x"]["ok"]["label"], "no");
+    assert_eq!(p.row("fix[a]")["status"], "pass");
+    not_taken(&p, "fix[b/x]");
+    assert_eq!(p.row("fix[c]")["status"], "pass");
+    assert_eq!(p.row("fix")["status"], "pass");
+}

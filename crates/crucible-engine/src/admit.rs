@@ -235,9 +235,6 @@ fn route_runs(
     if spec.human {
         return refuse("is decided by a person");
     }
-    if t.over.is_some() {
-        return refuse("is mapped over a list");
-    }
     // The compiler makes such a route need `decision`; whenever that need is met, the route
     // dispatches to the decision model.
     let need_met = t.needs == "any" || caps.contains(&t.needs);

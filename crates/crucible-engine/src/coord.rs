@@ -1486,7 +1486,7 @@ async fn attempt(
 
 /// Whether a task takes an isolated lane: it runs in its own checkout, or touches no
 /// workspace at all (a route a decision model decides waits on the network, not the workspace).
-fn own_lane(t: &Task) -> bool {
+pub(super) fn own_lane(t: &Task) -> bool {
     t.isolated || matches!(t.kind, TaskKind::Route | TaskKind::Report)
 }
 

@@ -4,7 +4,7 @@
 //! `crate::graph`; this module keeps the run state they need and turns them into dispatches and
 //! rows on the coordinator.
 
-use super::{blocked, row, Coord, Report, TaskState};
+use super::{blocked, own_lane, row, Coord, Report, TaskState};
 use crate::admit::Admitted;
 use crate::files::StagingPlan;
 use crate::graph::fanout::{self, Instance, Lane, Lanes, Spend};
@@ -14,7 +14,7 @@ use crate::graph::{route, Entry, GraphError};
 use crate::taskfiles;
 use crucible_plan::vocab::inputs::REVISION;
 use crucible_plan::wire::TaskResult;
-use crucible_plan::{BlockedReason, Plan, Stage, Status, Task, TaskKind};
+use crucible_plan::{BlockedReason, Join, Plan, Stage, Status, Task, TaskKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -217,7 +217,7 @@ impl Coord<'_> {
             .is_some_and(|r| r.min_confidence.is_some())
         {
             // A decision model answers: a dispatch of its own, held to the cost ceiling.
-            match model_options(&task, &entries) {
+            match model_options(&task, &entries, None) {
                 Ok(options) => {
                     self.br.options.insert(i, options);
                     self.make_ready(i);
@@ -309,7 +309,7 @@ impl Coord<'_> {
                     _ => Map::new(),
                 };
                 // A shared lane holds the workspace: its instances run one at a time.
-                let width = if task.isolated { self.jobs } else { 1 };
+                let width = if own_lane(task) { self.jobs } else { 1 };
                 let order = instances.iter().map(|x| x.key.clone()).collect();
                 // Instances settled before an interruption are never dispatched again: their
                 // folded rows feed the fold as live ones do (RFC-0002:C-PLAYBOOK-RESUME).
@@ -395,7 +395,7 @@ impl Coord<'_> {
             let Some(f) = self.br.fanouts.get_mut(&i) else {
                 return;
             };
-            if f.lanes.pending() > 0 && !self.has_lane(task.isolated) {
+            if f.lanes.pending() > 0 && !self.has_lane(own_lane(&task)) {
                 return;
             }
             let spend = Spend {
@@ -442,6 +442,9 @@ impl Coord<'_> {
         }
         let mut inputs = self.br.fanouts[&i].base.clone();
         inst.apply(&mut inputs, task.join);
+        if task.kind == TaskKind::Route {
+            return self.start_route_instance(i, task, inst, &entries, inputs);
+        }
         let mut inputs = Value::Object(inputs);
         let staging = self.staging(i);
         let deps: Vec<&str> = entries.keys().map(String::as_str).collect();
@@ -450,6 +453,67 @@ impl Coord<'_> {
         t.name = inst.name.clone();
         let sub = Some(Sub::Instance(inst.key));
         self.spawn_attempt(i, t, inputs, staging.sets, sub, route::Options::new());
+    }
+
+    /// One item of a mapped route (RFC-0001 notes §5, C-ROUTE-EACH), decided on its own: by its
+    /// source's output as this instance receives it (keyed fields narrowed to the item), or by
+    /// the decision model with the instance's inputs, `item` included, as its state.
+    fn start_route_instance(
+        &mut self,
+        i: usize,
+        task: &Task,
+        inst: Instance,
+        entries: &BTreeMap<String, Entry>,
+        inputs: Map<String, Value>,
+    ) {
+        let spec = task.route.as_ref().expect("a route task has a route");
+        if spec.min_confidence.is_some() {
+            match model_options(task, entries, Some(&inst.key)) {
+                Ok(options) => {
+                    let mut t = task.clone();
+                    t.name = inst.name.clone();
+                    let sub = Some(Sub::Instance(inst.key));
+                    self.spawn_attempt(i, t, Value::Object(inputs), Vec::new(), sub, options);
+                }
+                Err(e) => self.settle_route_instance(i, task, &inst, Err(e)),
+            }
+            return;
+        }
+        let source = spec.source.as_deref().unwrap_or_default();
+        let mut entry = entries
+            .get(source)
+            .cloned()
+            .unwrap_or_else(|| Entry::new(Status::Blocked, None, None, false));
+        if let Some(seen) = inputs.get(source) {
+            entry.output = Some(match task.join {
+                Join::Settled => seen.get("output").cloned().unwrap_or(Value::Null),
+                Join::All | Join::Passed => seen.clone(),
+            });
+        }
+        let answers = route::from_source(&inst.name, spec, &entry).map(route::output);
+        self.settle_route_instance(i, task, &inst, answers);
+    }
+
+    /// An instance decided without a dispatch: its lane is free again and its row is logged.
+    fn settle_route_instance(
+        &mut self,
+        i: usize,
+        task: &Task,
+        inst: &Instance,
+        decided: Result<Value, GraphError>,
+    ) {
+        let mut r = match decided {
+            Ok(output) => TaskResult {
+                output: Some(output),
+                ..row(task, Status::Pass, None)
+            },
+            Err(e) => row(task, Status::Fail, Some(e.note())),
+        };
+        r.attempts = 1;
+        if let Some(f) = self.br.fanouts.get_mut(&i) {
+            f.lanes.settled();
+        }
+        self.instance_settled(i, &inst.key, with_name(r, &inst.name));
     }
 
     /// Logs an instance's row (its spend counts now) and keeps it for the fold.
@@ -643,7 +707,7 @@ impl Coord<'_> {
             };
             match decided {
                 Readiness::Dispatch => {
-                    if !self.has_lane(task.isolated) {
+                    if !self.has_lane(own_lane(&task)) {
                         return;
                     }
                     let mut inputs = self.inputs_with(j, &|d| {
@@ -729,6 +793,7 @@ impl Coord<'_> {
 fn model_options(
     task: &Task,
     entries: &BTreeMap<String, Entry>,
+    item: Option<&str>,
 ) -> Result<route::Options, GraphError> {
     let spec = task.route.as_ref().expect("a route task has a route");
     spec.questions
@@ -737,7 +802,7 @@ fn model_options(
         .map(|(id, q)| {
             Ok((
                 id.clone(),
-                route::read_options(&task.name, id, q, entries, None)?,
+                route::read_options(&task.name, id, q, entries, item)?,
             ))
         })
         .collect()
