@@ -5,6 +5,7 @@ mod http_double;
 mod support;
 
 mod agent;
+mod asks;
 mod budget;
 mod caps;
 mod example_branching;

@@ -21,7 +21,7 @@ fn note(p: &Pack, task: &str) -> String {
 }
 
 /// Every path touched by the run's git memory commits, base commit excluded.
-fn committed_paths(p: &Pack) -> String {
+pub fn committed_paths(p: &Pack) -> String {
     let out = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(run_dir(p).join("memory"))

@@ -309,6 +309,14 @@ fn print_deadlines(plan: &Plan) {
         ),
         Err(e) => eprintln!("warning: {e}"),
     }
+    // RFC-0002:C-ASKS: the bound is discoverable before a run starts.
+    match crate::run::asks_bound() {
+        Ok(n) => println!(
+            "  asks: at most {n} per run ({})",
+            crucible_engine::asks::MAX_ASKS_ENV
+        ),
+        Err(e) => eprintln!("warning: {e}"),
+    }
     // RFC-0002:C-REPORTS: the operator's report bounds, and whether a destination is set.
     match crate::run::report_config() {
         Ok(r) => println!(

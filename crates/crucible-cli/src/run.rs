@@ -4,6 +4,7 @@ use crate::args::{RerunArgs, RunArgs, RunsArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_agent::inference::{self, Inference, INFERENCE_ENV};
 use crucible_dsl::settings;
+use crucible_engine::asks;
 use crucible_engine::history::{
     History, DEFAULT_HISTORY_MAX_BYTES, HISTORY_ENV, HISTORY_MAX_BYTES_ENV,
 };
@@ -102,6 +103,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let inference = inference_bindings()?;
     let history = launch_history()?;
     let reports = report_config()?;
+    let max_asks = asks_bound()?;
     let mut caps = args.caps.clone();
     // A decision binding is the `decision` capability (RFC-0001 notes §5).
     if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
@@ -126,6 +128,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         inference,
         history,
         reports,
+        max_asks,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -443,4 +446,16 @@ pub(crate) fn report_config() -> Result<ReportConfig> {
     }
     .checked()
     .map_err(|e| anyhow!(e))
+}
+
+/// The most asks one run may emit (RFC-0002:C-ASKS): `CRUCIBLE_MAX_ASKS`, or 100.
+pub(crate) fn asks_bound() -> Result<u32> {
+    match std::env::var(asks::MAX_ASKS_ENV) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("{}: {text:?} is not a whole number", asks::MAX_ASKS_ENV)),
+        Err(std::env::VarError::NotPresent) => Ok(asks::DEFAULT_MAX_ASKS),
+        Err(e) => bail!("{}: {e}", asks::MAX_ASKS_ENV),
+    }
 }

@@ -342,6 +342,7 @@ mod tests {
             inference: Default::default(),
             history: crate::history::History::none(0),
             reports: Default::default(),
+            max_asks: 10,
             agent_cmd: None,
             harness: None,
             model: None,

@@ -14,6 +14,7 @@
 mod branch;
 
 use crate::admit::Admitted;
+use crate::asks::{self, AsksBudget};
 use crate::files::{StagedSet, StagingPlan};
 use crate::graph::{route, Entry};
 use crate::history::History;
@@ -28,8 +29,8 @@ use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::decision::AskError;
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::{
-    AdmittedTask, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start, TaskResult,
-    GATE_TASK,
+    AdmittedTask, Ask, AsksEmitted, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start,
+    TaskResult, GATE_TASK,
 };
 use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
@@ -74,6 +75,8 @@ struct Report {
     staging_refused: Option<StagingRefused>,
     /// An agent's repair turns within the attempt.
     repairs: Vec<Repair>,
+    /// What a passing attempt emitted for other runs (RFC-0002:C-ASKS).
+    asks: Vec<Ask>,
 }
 
 impl Report {
@@ -91,6 +94,7 @@ impl Report {
             files: false,
             staging_refused: None,
             repairs: Vec::new(),
+            asks: Vec::new(),
         }
     }
 }
@@ -122,6 +126,8 @@ struct Ctx {
     decision: Option<crucible_agent::inference::Binding>,
     /// Where reports go and how large they may be.
     reports: ReportConfig,
+    /// The run's bound on emitted asks and what it has emitted.
+    asks: Arc<AsksBudget>,
 }
 
 /// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
@@ -242,7 +248,7 @@ pub async fn execute(
             parent = Some(rerun::load(&req.plan, &adm, &state_dir, p, select)?);
         }
     }
-    let (_run_lock, run_id, run_dir, file, folded) = if let Some(r) = resumed.take() {
+    let (_run_lock, run_id, run_dir, file, folded, folded_asks) = if let Some(r) = resumed.take() {
         let resume::Reopened {
             lock,
             run_id,
@@ -262,7 +268,7 @@ pub async fn execute(
             elapsed_secs: elapsed.as_secs_f64(),
         });
         log::append_now(&mut file, &line).map_err(state_err("session log"))?;
-        (lock, run_id, run_dir, file, log.rows)
+        (lock, run_id, run_dir, file, log.rows, log.asks)
     } else {
         let run_dir =
             state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
@@ -342,7 +348,7 @@ pub async fn execute(
                 .collect(),
         });
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
-        (lock, run_id, run_dir, file, Vec::new())
+        (lock, run_id, run_dir, file, Vec::new(), 0)
     };
     let mut files = RunFiles::new(&run_dir, &req.plan.tasks, req.max_files_bytes);
     if let Some(p) = &parent {
@@ -390,6 +396,7 @@ pub async fn execute(
         files: Arc::new(files),
         decision: req.inference.decision.clone(),
         reports: req.reports.clone(),
+        asks: Arc::new(AsksBudget::new(req.max_asks, folded_asks)),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -936,7 +943,14 @@ impl Coord<'_> {
 
     /// The row an attempt of task `i` settles as, under `name` (the task's, an instance's):
     /// blocked when its inputs could not be staged, else what the attempt graded.
-    fn attempt_row(&self, i: usize, name: String, report: Report) -> TaskResult {
+    fn attempt_row(&mut self, i: usize, name: String, mut report: Report) -> TaskResult {
+        if !report.asks.is_empty() {
+            // RFC-0002:C-ASKS: on the log, just before the row of the task that emitted them.
+            let asks = std::mem::take(&mut report.asks);
+            let task = name.clone();
+            self.writer
+                .push(&Event::AsksEmitted(AsksEmitted { task, asks }));
+        }
         match report.staging_refused {
             Some(s) => {
                 let mut b = blocked(
@@ -1440,6 +1454,16 @@ async fn attempt(
                 if let Err(note) = taskio::check_emits(task, out) {
                     report.graded = Graded::fail(note, report.graded.output.clone());
                 }
+            }
+        }
+        // RFC-0002:C-ASKS: only a passing attempt emits; a failing one's file goes with its
+        // discarded changes.
+        if report.graded.status == Status::Pass {
+            let taken = asks::take(&cwd, ctx.asks.limit())
+                .and_then(|a| a.map_or(Ok(Vec::new()), |a| ctx.asks.charge(a.len()).map(|()| a)));
+            match taken {
+                Ok(emitted) => report.asks = emitted,
+                Err(note) => report.graded = Graded::fail(note, report.graded.output.clone()),
             }
         }
         if !report.stopped {

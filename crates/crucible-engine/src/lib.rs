@@ -6,6 +6,7 @@
 //! once and returns the verdict. One coordinator owns all run state (see `coord`).
 
 mod admit;
+pub mod asks;
 mod coord;
 pub mod files;
 mod git;
@@ -58,6 +59,8 @@ pub struct RunRequest {
     pub history: history::History,
     /// The operator's report bounds, Slack webhook and run link.
     pub reports: report::ReportConfig,
+    /// The most asks the run may emit (RFC-0002:C-ASKS).
+    pub max_asks: u32,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

@@ -20,6 +20,8 @@ pub struct Log {
     pub admitted: Option<PlanAdmitted>,
     /// Every settled row, in the order it was settled.
     pub rows: Vec<TaskResult>,
+    /// How many asks the run emitted before (RFC-0002:C-ASKS counts them against its bound).
+    pub asks: u32,
     pub shutdown: Option<Shutdown>,
     /// A torn last line to cut before anything is appended: the byte length to keep.
     torn: Option<u64>,
@@ -66,6 +68,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
         started_at,
         admitted: None,
         rows: Vec::new(),
+        asks: 0,
         shutdown: None,
         torn,
         unterminated,
@@ -74,6 +77,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
         match l.event {
             Event::PlanAdmitted(a) => log.admitted = Some(a),
             Event::TaskResult(r) => log.rows.push(r),
+            Event::AsksEmitted(a) => log.asks += a.asks.len() as u32,
             Event::Shutdown(s) => log.shutdown = Some(s),
             _ => {}
         }

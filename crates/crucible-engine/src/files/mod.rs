@@ -34,6 +34,13 @@ pub use stage::{
     COMMIT_EXCLUDE, INPUTS_DIR,
 };
 
+/// Open `rel` below `root` for reading by the confined walk that captures declared files: no
+/// link of any kind, a regular file with one link. For the engine's own answer files (asks).
+pub fn open_in_root(root: &std::path::Path, rel: &str) -> Result<std::fs::File, FileProblem> {
+    let dir = confine::open_dir(root).map_err(|e| FileProblem::Unreadable(e.to_string()))?;
+    confine::open_confined(std::os::fd::AsFd::as_fd(&dir), rel, confine::Walk::Auto)
+}
+
 /// The longest file name Linux file systems take, in bytes; a set's directory name is one.
 pub const NAME_MAX: usize = 255;
 
