@@ -257,3 +257,43 @@ workflow([src, gate, fix])
     assert_eq!(p.row("fix[b]")["status"], "not_taken");
     assert_eq!(p.row("fix[c]")["status"], "pass");
 }
+
+// RFC-0002:C-PLAYBOOK-CAPS: `plan show` and `check` give the verdict the run would meet: a
+// decision binding is the `decision` capability there too.
+#[test]
+fn inspectors_count_the_decision_binding_as_the_capability() {
+    let p = pack();
+    let model = HttpDouble::start(vec![(200, answers(0.9))]);
+    let manifest = p
+        .path()
+        .join("crucible.toml")
+        .to_string_lossy()
+        .into_owned();
+    let show = |with_binding: bool| {
+        let mut cmd = p.command(&[
+            "plan".into(),
+            "show".into(),
+            "--manifest".into(),
+            manifest.clone(),
+        ]);
+        if with_binding {
+            cmd = cmd.env("CRUCIBLE_INFERENCE", &binding(&model, None));
+        }
+        cmd.run()
+    };
+    let without = show(false);
+    assert!(without.stdout.contains("TRUNCATED"), "{}", without.stdout);
+    let with = show(true);
+    assert_eq!(with.code, 0, "{with:?}");
+    assert!(with.stdout.contains("verdict: runnable"), "{}", with.stdout);
+    let check = p
+        .check()
+        .env("CRUCIBLE_INFERENCE", &binding(&model, None))
+        .run();
+    assert!(
+        check.stdout.contains("verdict: runnable"),
+        "{}",
+        check.stdout
+    );
+    assert!(model.requests().is_empty(), "inspecting asks nothing");
+}

@@ -360,7 +360,9 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     }
     print_table(&plan);
     print_deadlines(&plan);
-    let (truncated, skipped) = verdict(&plan, &a.caps);
+    // A malformed binding is check's and run's to report; here it only adds no capability.
+    let inference = crate::run::inference_bindings().unwrap_or_default();
+    let (truncated, skipped) = verdict(&plan, &crate::run::substrate_caps(&a.caps, &inference));
     for s in &skipped {
         println!("{s}");
     }
@@ -466,14 +468,16 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
                 findings += 1;
             }
         }
-        let (truncated, skipped) = verdict(plan, &a.caps);
+        let inference = crate::run::inference_bindings().unwrap_or_default();
+        let caps = crate::run::substrate_caps(&a.caps, &inference);
+        let (truncated, skipped) = verdict(plan, &caps);
         for s in &skipped {
             println!("{s}");
         }
         match truncated {
-            // Without --cap the substrate is unknown: the verdict is shown, not held against
-            // the pack.
-            Some(v) if a.caps.is_empty() => {
+            // Without --cap (or a binding) the substrate is unknown: the verdict is shown, not
+            // held against the pack.
+            Some(v) if caps.is_empty() => {
                 println!("{v} (with no --cap given; pass the substrate's capabilities to check it)")
             }
             Some(v) => {

@@ -104,11 +104,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let history = launch_history()?;
     let reports = report_config()?;
     let max_asks = asks_bound()?;
-    let mut caps = args.caps.clone();
-    // A decision binding is the `decision` capability (RFC-0001 notes §5).
-    if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
-        caps.push("decision".into());
-    }
+    let caps = substrate_caps(&args.caps, &inference);
     let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
         .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
     let req = RunRequest {
@@ -458,4 +454,14 @@ pub(crate) fn asks_bound() -> Result<u32> {
         Err(std::env::VarError::NotPresent) => Ok(asks::DEFAULT_MAX_ASKS),
         Err(e) => bail!("{}: {e}", asks::MAX_ASKS_ENV),
     }
+}
+
+/// The capabilities a run has: the `--cap` flags, and `decision` where `CRUCIBLE_INFERENCE`
+/// holds a decision binding (RFC-0001 notes §5).
+pub(crate) fn substrate_caps(flags: &[String], inference: &Inference) -> Vec<String> {
+    let mut caps = flags.to_vec();
+    if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
+        caps.push("decision".into());
+    }
+    caps
 }
