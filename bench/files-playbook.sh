@@ -56,18 +56,22 @@ gen() { # dir with_files isolated
 now() { date +%s.%N; }
 min() { echo "if ($1 < $2) $1 else $2" | bc; }
 
-timed() { # manifest: the run's wall time in seconds
-  rm -rf "$(dirname "$1")/state"
+# Every repetition writes to fresh directories and nothing is removed until the end: on an ext4
+# without a journal, creating a file scans the inodes deleted in the last 30 seconds, so a
+# cleanup between measurements would slow whichever step came next.
+timed() { # manifest rep: the run's wall time in seconds
+  sync # no measurement pays for the writeback of the one before it
   local t0; t0=$(now)
-  "$BIN" plan run --manifest "$1" --max-cost 1 --max-time 10m >/dev/null
+  "$BIN" plan run --manifest "$1" --state-dir "$(dirname "$1")/state-$2" \
+    --max-cost 1 --max-time 10m >/dev/null
   echo "$(now) - $t0" | bc
 }
 
-check_published() { # playbook dir: the producer must really have captured every file
+check_published() { # state dir: the producer must really have captured every file
   local row n
-  row=$(grep '"task":"produce"' "$1"/state/runs/*/session.jsonl)
+  row=$(grep '"task":"produce"' "$1"/runs/*/session.jsonl)
   case $row in *'"files":true'*) ;; *) echo "produce did not publish its set: $row" >&2; exit 1 ;; esac
-  n=$(find "$1"/state/runs/*/files/produce -type f | wc -l)
+  n=$(find "$1"/runs/*/files/produce -type f | wc -l)
   [ "$n" = "$FILES" ] || { echo "published $n files, not $FILES" >&2; exit 1; }
 }
 
@@ -77,16 +81,16 @@ for v in iso shared; do
   gen "$WORK/$v-b" 0 "$iso"
 done
 declare -A best=([iso-a]=999999 [iso-b]=999999 [shared-a]=999999 [shared-b]=999999 [cp]=999999)
-for _ in $(seq 1 "$REPS"); do
+for rep in $(seq 1 "$REPS"); do
   for k in iso-a iso-b shared-a shared-b; do
-    best[$k]=$(min "$(timed "$WORK/$k/crucible.toml")" "${best[$k]}")
+    best[$k]=$(min "$(timed "$WORK/$k/crucible.toml" "$rep")" "${best[$k]}")
   done
-  check_published "$WORK/iso-a"
-  check_published "$WORK/shared-a"
-  rm -rf "$WORK/cp"
+  check_published "$WORK/iso-a/state-$rep"
+  check_published "$WORK/shared-a/state-$rep"
+  sync
   t0=$(now)
-  # No sync on either side: capture does not fsync the copies either.
-  cp -r "$WORK/tree" "$WORK/cp"
+  # No fsync on either side: capture does not fsync its copies either.
+  cp -r "$WORK/tree" "$WORK/cp-$rep"
   best[cp]=$(min "$(echo "$(now) - $t0" | bc)" "${best[cp]}")
 done
 
