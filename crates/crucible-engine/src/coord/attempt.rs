@@ -1,0 +1,564 @@
+//! What a dispatched task does until it reports back to the coordinator: a command, evaluate or
+//! agent attempt (its process, grading, repair turns, asks, declared files and git memory), a
+//! route a decision model decides, and a report's delivery. Each runs on its own tokio task and
+//! touches no coordinator state.
+
+use super::{Ctx, Report};
+use crate::asks;
+use crate::files::StagedSet;
+use crate::graph::route;
+use crate::proc::{self, Abort, Deadline, Ended};
+use crate::report;
+use crate::taskio::{self, Graded};
+use crucible_agent::decision::AskError;
+use crucible_agent::{PromptParts, TurnSettings};
+use crucible_plan::wire::Repair;
+use crucible_plan::{duration, Stage, Status, Task, TaskKind};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+fn file_stem(i: usize, name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{i:04}-{safe}")
+}
+
+/// Runs one dispatched task: its attempts (transport failures retry twice), grading, the
+/// reserved output fields, typed emits, and its git memory.
+pub(super) async fn run(
+    ctx: &Ctx,
+    i: usize,
+    task: &Task,
+    set_name: &str,
+    inputs: Value,
+    sets: Vec<StagedSet>,
+    abort: watch::Receiver<Abort>,
+) -> Report {
+    let main = task.stage == Stage::Iteration;
+    let began = Instant::now();
+    let mut report = Report::empty();
+    let stem = file_stem(i, &task.name);
+    let inputs_text = serde_json::to_string(&inputs).expect("inputs serialize");
+    let inputs_file = ctx.run_dir.join("inputs").join(format!("{stem}.json"));
+    if let Err(e) = std::fs::write(&inputs_file, &inputs_text) {
+        report.graded = Graded::fail(format!("cannot write the inputs file: {e}"), None);
+        return report;
+    }
+    let mut env: Vec<(String, String)> = vec![
+        ("CRUCIBLE_TASK".into(), task.name.clone()),
+        (
+            "CRUCIBLE_INPUTS_FILE".into(),
+            inputs_file.to_string_lossy().into_owned(),
+        ),
+    ];
+    if inputs_text.len() <= crucible_plan::ceilings::INPUTS_ENV_MAX {
+        env.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
+    }
+    let command = if task.kind == TaskKind::Agent {
+        let prompt = match crucible_agent::assemble_prompt(&PromptParts {
+            goal: ctx.goal.as_deref(),
+            task: &task.name,
+            prompt: task.prompt.as_deref().unwrap_or_default(),
+            inputs: &inputs,
+        }) {
+            Ok(p) => p,
+            Err(e) => {
+                report.graded = Graded::fail(e.to_string(), None);
+                return report;
+            }
+        };
+        let prompt_file = ctx.run_dir.join("inputs").join(format!("{stem}.prompt.md"));
+        let _ = std::fs::write(&prompt_file, &prompt);
+        let settings = TurnSettings {
+            harness: (ctx.launch_harness.as_ref())
+                .or(task.harness.as_ref())
+                .or(ctx.default_harness.as_ref())
+                .cloned(),
+            model: (ctx.launch_model.as_ref())
+                .or(task.model.as_ref())
+                .or(ctx.default_model.as_ref())
+                .cloned(),
+            effort: task.effort.clone().or_else(|| ctx.default_effort.clone()),
+            session: task.session.as_ref().map(|s| format!("{}-{s}", ctx.run_id)),
+        };
+        env.extend(ctx.agent_env.iter().cloned());
+        env.extend(crucible_agent::command_env(&prompt, &settings));
+        env.push((
+            "CRUCIBLE_PROMPT_FILE".into(),
+            prompt_file.to_string_lossy().into_owned(),
+        ));
+        ctx.agent_cmd.clone().expect("admission requires a backend")
+    } else {
+        task.run.clone().expect("admission requires run")
+    };
+    let spends = task.can_spend();
+    loop {
+        report.attempts += 1;
+        let cwd = if task.isolated {
+            let dir = ctx
+                .run_dir
+                .join("worktrees")
+                .join(format!("{stem}-{}", report.attempts));
+            let (memory, d) = (ctx.memory.clone(), dir.clone());
+            let made = tokio::task::spawn_blocking(move || memory.checkout_to(&d))
+                .await
+                .expect("checkout does not panic");
+            if let Err(e) = made {
+                report.graded =
+                    Graded::fail(format!("cannot make the isolated worktree: {e}"), None);
+                break;
+            }
+            dir
+        } else {
+            ctx.ws.clone()
+        };
+        let prepared = {
+            let (files, root, t, sets) =
+                (ctx.files.clone(), cwd.clone(), task.clone(), sets.clone());
+            tokio::task::spawn_blocking(move || files.prepare(&root, &t, &sets))
+                .await
+                .expect("staging does not panic")
+        };
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(refused) => {
+                report.staging_refused = Some(refused);
+                cleanup(ctx, task, &cwd).await;
+                break;
+            }
+        };
+        if task.kind == TaskKind::Agent {
+            crucible_agent::clear_result(&cwd);
+        }
+        let deadline = deadline_of(ctx, task);
+        let finished = proc::run(&command, &cwd, &env, deadline, abort.clone()).await;
+        let f = match finished {
+            Err(e) => {
+                report.transport = Some(e.to_string());
+                report.graded = Graded {
+                    status: Status::Transport,
+                    note: Some(format!("could not start the attempt: {e}")),
+                    output: None,
+                };
+                let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
+                    && *abort.borrow() == Abort::None
+                    && !(spends && ctx.spend_blocked.load(Ordering::SeqCst));
+                cleanup(ctx, task, &cwd).await;
+                if retry {
+                    continue;
+                }
+                break;
+            }
+            Ok(f) => f,
+        };
+        report.transport = None;
+        report.graded = graded_turn(ctx, task, f, &cwd, &mut report);
+        // Repair turns (agent only): a passing turn whose result misses a declared field or file,
+        // or breaks its type or schema, is resumed with the masked notes and checked again,
+        // within the attempt's deadline. Not a retry: `attempts` is unchanged.
+        let mut round = 0;
+        while report.graded.status == Status::Pass && round < task.repair {
+            let notes = contract_notes(task, &cwd, report.graded.output.as_ref()).await;
+            if notes.is_empty() {
+                break;
+            }
+            round += 1;
+            let spent = report.cost_usd;
+            let prompt = crucible_agent::repair_prompt(&task.name, &notes, round, task.repair);
+            let file = ctx
+                .run_dir
+                .join("inputs")
+                .join(format!("{stem}.repair-{round}.prompt.md"));
+            let _ = std::fs::write(&file, &prompt);
+            let mut turn_env: Vec<(String, String)> = env
+                .iter()
+                .filter(|(k, _)| k != "CRUCIBLE_PROMPT" && k != "CRUCIBLE_PROMPT_FILE")
+                .cloned()
+                .collect();
+            turn_env.extend(crucible_agent::command_env(
+                &prompt,
+                &TurnSettings::default(),
+            ));
+            turn_env.push((
+                "CRUCIBLE_PROMPT_FILE".into(),
+                file.to_string_lossy().into_owned(),
+            ));
+            turn_env.push(("CRUCIBLE_REPAIR".into(), format!("{round}/{}", task.repair)));
+            crucible_agent::clear_result(&cwd);
+            report.graded = match proc::run(&command, &cwd, &turn_env, deadline, abort.clone())
+                .await
+            {
+                Err(e) => Graded::fail(format!("repair turn {round} could not start: {e}"), None),
+                Ok(f) => graded_turn(ctx, task, f, &cwd, &mut report),
+            };
+            report.repairs.push(Repair {
+                label: format!("{} repair {round}/{}", task.name, task.repair),
+                round,
+                of: task.repair,
+                cost_usd: report.cost_usd - spent,
+                notes,
+            });
+        }
+        if report.graded.status == Status::Pass {
+            if let Some(out) = &report.graded.output {
+                if let Err(note) = taskio::check_emits(task, out) {
+                    report.graded = Graded::fail(note, report.graded.output.clone());
+                }
+            }
+        }
+        // RFC-0002:C-ASKS: only a passing attempt emits; a failing one's file goes with its
+        // discarded changes.
+        if report.graded.status == Status::Pass {
+            let taken = asks::take(&cwd, ctx.asks.limit())
+                .and_then(|a| a.map_or(Ok(Vec::new()), |a| ctx.asks.charge(a.len()).map(|()| a)));
+            match taken {
+                Ok(emitted) => report.asks = emitted,
+                Err(note) => report.graded = Graded::fail(note, report.graded.output.clone()),
+            }
+        }
+        if !report.stopped {
+            // Before the root's changes are committed or discarded (RFC-0002:C-SETTLED-JOIN).
+            let (files, root, t) = (ctx.files.clone(), cwd.clone(), task.clone());
+            let set_name = set_name.to_string();
+            let mut graded = std::mem::replace(&mut report.graded, Graded::fail("", None));
+            let (published, graded) = tokio::task::spawn_blocking(move || {
+                let published = files.capture(&root, &t, &set_name, &prepared, &mut graded);
+                if prepared.staged() {
+                    // Unstaged before the commit, which must not see them either.
+                    let _ = crate::files::unstage(&root);
+                }
+                (published, graded)
+            })
+            .await
+            .expect("capture does not panic");
+            report.files = published;
+            report.graded = graded;
+        }
+        declared_completion(task, main, &mut report);
+        if !task.isolated && !report.stopped && report.graded.status == Status::Pass {
+            let (memory, name) = (ctx.memory.clone(), task.name.clone());
+            let committed = tokio::task::spawn_blocking(move || memory.commit_task(&name))
+                .await
+                .expect("commit does not panic");
+            if let Err(e) = committed {
+                report.graded = Graded::fail(
+                    format!("cannot commit the task's changes: {e}"),
+                    report.graded.output.clone(),
+                );
+                report.completion = None;
+            }
+        }
+        // A passing shared task's changes are its commit; everything else is thrown away.
+        if task.isolated || report.graded.status != Status::Pass || report.stopped {
+            cleanup(ctx, task, &cwd).await;
+        }
+        break;
+    }
+    report.secs = began.elapsed().as_secs_f64();
+    report
+}
+
+/// A report (RFC-0002:C-REPORTS): `context` is what [`Coord::report_context`] built when it was
+/// dispatched; rendering and delivery happen off the runtime, under the delivery's own timeout.
+pub(super) async fn deliver_report(ctx: &Ctx, task: &Task, context: Value) -> Report {
+    let began = Instant::now();
+    let (t, config) = (task.clone(), ctx.reports.clone());
+    let delivered = tokio::task::spawn_blocking(move || report::deliver(&t, &context, &config))
+        .await
+        .expect("delivery does not panic");
+    let destination = task.report.as_ref().map_or("", |r| r.destination.as_str());
+    let (status, note, output) = report::settled(destination, &delivered);
+    let mut out = Report::empty();
+    out.attempts = 1;
+    out.graded = Graded {
+        status,
+        note,
+        output: Some(output),
+    };
+    out.secs = began.elapsed().as_secs_f64();
+    out
+}
+
+/// The deadline of an attempt of `task` starting now: its own limit, or the run's ceiling if
+/// that falls first.
+fn deadline_of(ctx: &Ctx, task: &Task) -> Deadline {
+    let own = task
+        .timeout_secs
+        .map(|s| Instant::now() + Duration::from_secs(s))
+        .filter(|at| *at < ctx.run_deadline);
+    Deadline {
+        at: own.unwrap_or(ctx.run_deadline),
+        own_limit: own.is_some(),
+    }
+}
+
+/// A route a decision model decides (RFC-0001 notes §5): its state (the inputs its join gives
+/// it, and under `files` the declared JSON files it names, by dependency and path) is asked over
+/// System One; the answer is checked against the questions and becomes the route's output.
+/// Unreachable, 5xx and 429 are transport failures, retried like any attempt's.
+pub(super) async fn decide_by_model(
+    ctx: &Ctx,
+    task: &Task,
+    inputs: Value,
+    sets: &[StagedSet],
+    options: &route::Options,
+    mut abort: watch::Receiver<Abort>,
+) -> Report {
+    let began = Instant::now();
+    let mut report = Report::empty();
+    let spec = task.route.as_ref().expect("a route task has a route");
+    let binding = ctx
+        .decision
+        .clone()
+        .expect("admission requires a decision binding");
+    let state = match route_state(task, inputs, sets) {
+        Ok(state) => state,
+        Err(note) => {
+            report.graded = Graded::fail(note, None);
+            return report;
+        }
+    };
+    let body = Arc::new(route::request_body(&binding.model, spec, state, options));
+    let deadline = deadline_of(ctx, task);
+    loop {
+        report.attempts += 1;
+        let timeout = deadline.at.saturating_duration_since(Instant::now());
+        let (b, req) = (binding.clone(), body.clone());
+        let call =
+            tokio::task::spawn_blocking(move || crucible_agent::decision::ask(&b, &req, timeout));
+        let answer = tokio::select! {
+            answer = call => answer.expect("the call does not panic"),
+            _ = tokio::time::sleep_until(deadline.at) => {
+                let ended = if deadline.own_limit { Ended::TimedOut } else { Ended::WallClock };
+                report.graded = cut_short(ctx, task, ended, &mut report);
+                break;
+            }
+            why = proc::wait_abort(&mut abort) => {
+                report.graded = cut_short(ctx, task, proc::aborted(why), &mut report);
+                break;
+            }
+        };
+        report.graded = match answer {
+            Ok(response) => match route::from_model(&task.name, spec, &response, options) {
+                Ok(answers) => Graded {
+                    status: Status::Pass,
+                    note: None,
+                    output: Some(route::output(answers)),
+                },
+                Err(e) => Graded::fail(e.note(), None),
+            },
+            Err(AskError::Failed(note)) => Graded::fail(note, None),
+            Err(AskError::Transport(cause)) => {
+                let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
+                    && *abort.borrow() == Abort::None
+                    && !ctx.spend_blocked.load(Ordering::SeqCst);
+                if retry {
+                    continue;
+                }
+                report.transport = Some(cause.clone());
+                Graded {
+                    status: Status::Transport,
+                    note: Some(cause),
+                    output: None,
+                }
+            }
+        };
+        break;
+    }
+    report.secs = began.elapsed().as_secs_f64();
+    report
+}
+
+/// What a decision model is asked about: the route's inputs, and under `files` each declared
+/// JSON file the route names, read from its producer's captured set, by dependency and path.
+fn route_state(task: &Task, inputs: Value, sets: &[StagedSet]) -> Result<Value, String> {
+    let spec = task.route.as_ref().expect("a route task has a route");
+    let mut state = match inputs {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    if spec.files.is_empty() {
+        return Ok(Value::Object(state));
+    }
+    let mut files = serde_json::Map::new();
+    for set in sets.iter().filter(|s| s.key.is_none()) {
+        let mut held = serde_json::Map::new();
+        for path in &spec.files {
+            let file = set.source.join(path);
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue; // not this producer's file
+            };
+            let value = serde_json::from_str(&text).map_err(|e| {
+                format!("declared file `{path}` of `{}` is not JSON: {e}", set.task)
+            })?;
+            held.insert(path.clone(), value);
+        }
+        if !held.is_empty() {
+            files.insert(set.task.clone(), Value::Object(held));
+        }
+    }
+    state.insert("files".into(), Value::Object(files));
+    Ok(Value::Object(state))
+}
+
+/// Grades one turn that ran: stopped, past a deadline, or exited on its own.
+fn graded_turn(
+    ctx: &Ctx,
+    task: &Task,
+    f: proc::Finished,
+    cwd: &std::path::Path,
+    report: &mut Report,
+) -> Graded {
+    match f.ended {
+        Ended::Exited(status) => grade(task, status.code(), &f.stdout, &f.stderr, cwd, report),
+        cut => cut_short(ctx, task, cut, report),
+    }
+}
+
+/// The failure of an attempt that did not end on its own: an operator stop, the run's
+/// wall-clock ceiling, or the task's own deadline.
+fn cut_short(ctx: &Ctx, task: &Task, ended: Ended, report: &mut Report) -> Graded {
+    match ended {
+        Ended::Stopped => {
+            report.stopped = true;
+            Graded::fail("stopped by the operator", None)
+        }
+        Ended::WallClock => {
+            report.ceiling_killed = true;
+            Graded::fail(
+                format!(
+                    "wall-clock ceiling reached: the run ran past its {} limit",
+                    duration::format(ctx.max_secs)
+                ),
+                None,
+            )
+        }
+        Ended::TimedOut | Ended::Exited(_) => Graded::fail(
+            format!(
+                "timed out: the task ran past its {} limit",
+                duration::format(task.timeout_secs.unwrap_or(ctx.max_secs))
+            ),
+            None,
+        ),
+    }
+}
+
+/// What a passing turn's result owes and misses, as masked notes: its declared output fields and
+/// its declared files (present, confined, admitted by their schemas). Empty when it owes nothing.
+async fn contract_notes(task: &Task, cwd: &std::path::Path, output: Option<&Value>) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(Err(note)) = output.map(|out| taskio::check_emits(task, out)) {
+        notes.push(note);
+    }
+    if !task.emits_files.is_empty() {
+        let (root, decls) = (cwd.to_path_buf(), task.emits_files.clone());
+        let checked = tokio::task::spawn_blocking(move || crate::files::precheck(&root, &decls))
+            .await
+            .expect("the check does not panic");
+        match checked {
+            Ok(Some(failure)) => notes.extend(failure.notes()),
+            Ok(None) => {}
+            // The capture that follows meets the same error and reports it.
+            Err(_) => {}
+        }
+    }
+    notes
+}
+
+/// Grades an attempt that exited on its own.
+fn grade(
+    task: &Task,
+    code: Option<i32>,
+    stdout: &[u8],
+    stderr: &[u8],
+    cwd: &std::path::Path,
+    report: &mut Report,
+) -> Graded {
+    if task.kind != TaskKind::Agent {
+        return taskio::grade_exit(task, code, stdout, stderr);
+    }
+    let result = crucible_agent::take_result(&task.name, cwd);
+    if let Ok(r) = &result {
+        // Summed over the attempt's turns: its first and any repair turns.
+        report.cost_usd += r.cost_usd;
+    }
+    let output = result.as_ref().ok().map(|r| r.output.clone());
+    if code != Some(0) {
+        let status = code.map_or("killed by a signal".to_string(), |c| format!("exit {c}"));
+        let tail = taskio::stderr_tail(stderr);
+        let note = if tail.is_empty() {
+            status
+        } else {
+            format!("{status}: {tail}")
+        };
+        let g = Graded::fail(note, output.clone());
+        return taskio::apply_status_field(g, output.as_ref());
+    }
+    match result {
+        Err(e) => Graded::fail(e.to_string(), None),
+        Ok(r) => {
+            let g = Graded {
+                status: Status::Pass,
+                note: None,
+                output: Some(r.output.clone()),
+            };
+            taskio::apply_status_field(g, Some(&r.output))
+        }
+    }
+}
+
+/// RFC-0002:C-PLAYBOOK-LANE: early completion is honoured from a passing main-graph command or
+/// evaluate task only; from any other task it is refused on the row and the run goes on.
+pub(super) fn declared_completion(task: &Task, main: bool, report: &mut Report) {
+    let Some(out) = &report.graded.output else {
+        return;
+    };
+    if out.get("complete").and_then(Value::as_bool) != Some(true) {
+        return;
+    }
+    let from_command = matches!(task.kind, TaskKind::Command | TaskKind::Evaluate);
+    if from_command && main {
+        if report.graded.status == Status::Pass {
+            let reason = out
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            report.completion = Some(reason);
+        }
+    } else if from_command {
+        report.refused = Some(
+            "early completion refused: an epilogue task runs after the main graph and cannot end it early".into(),
+        );
+    } else {
+        report.refused = Some(format!(
+            "early completion refused: a {} task's output is written by a model, so only a command or evaluate task may end the run early",
+            task.kind
+        ));
+    }
+}
+
+/// Discards a shared task's uncommitted changes (before the next shared task may start), or
+/// removes an isolated task's worktree off the critical path (`finish` sweeps what is left).
+async fn cleanup(ctx: &Ctx, task: &Task, cwd: &std::path::Path) {
+    let (memory, cwd) = (ctx.memory.clone(), cwd.to_path_buf());
+    // Sealed staged inputs first: neither the reset nor the removal may trip over them.
+    let root = cwd.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::files::unstage(&root)).await;
+    if task.isolated {
+        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&cwd));
+    } else {
+        let _ = tokio::task::spawn_blocking(move || memory.discard()).await;
+    }
+}
