@@ -385,7 +385,7 @@ pub(crate) fn capture_with(
         .map_err(|e| FilesError::io(files_ctx(), e))?;
     let tmp_fd = open_subdir(files.as_fd(), &tmp).map_err(|e| FilesError::io(files_ctx(), e))?;
 
-    let charged = AtomicU64::new(0);
+    let mut charged = 0;
     let outcome = fill(
         req,
         mode,
@@ -394,9 +394,8 @@ pub(crate) fn capture_with(
         between_check_and_copy,
         root.as_fd(),
         tmp_fd.as_fd(),
-        &charged,
+        &mut charged,
     );
-    let charged = charged.into_inner();
     let problems = match outcome {
         Ok(problems) => problems,
         Err(e) => {
@@ -448,9 +447,14 @@ fn fill(
     hook: &mut dyn FnMut(&str),
     root: BorrowedFd<'_>,
     tmp: BorrowedFd<'_>,
-    charged: &AtomicU64,
+    charged: &mut u64,
 ) -> Result<Vec<Problem>, FilesError> {
     let found: Mutex<Vec<(usize, Found, Problem)>> = Mutex::new(Vec::new());
+    // Each captured file's size by declaration index, charged to the bound in that order once
+    // every copy is done, so which file is named as over the bound never depends on which copy
+    // finished first.
+    let sizes: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+    let sized = |i: usize, bytes: u64| sizes.lock().expect("no copy panics").push((i, bytes));
     let problem = |i: usize, at: Found, p: FileProblem| {
         let path = req.decls[i].path.clone();
         let mut found = found.lock().expect("no copy panics holding the problems");
@@ -497,12 +501,7 @@ fn fill(
                 if let Some(bytes) =
                     adopt(root, &segs, walk, &opened, parent.as_fd(), &last).map_err(io_err)?
                 {
-                    if !budget.try_charge(bytes) {
-                        let limit = budget.limit();
-                        problem(i, Found::Copy, FileProblem::OverBound { limit });
-                        continue;
-                    }
-                    charged.fetch_add(bytes, Ordering::SeqCst);
+                    sized(i, bytes);
                     if let Some(p) =
                         after_copy(decl, mode, parent.as_fd(), &last).map_err(io_err)?
                     {
@@ -511,7 +510,7 @@ fn fill(
                     continue;
                 }
             }
-            let (problem, decl) = (&problem, &req.decls[i]);
+            let (problem, sized, decl) = (&problem, &sized, &req.decls[i]);
             let more = submit(Box::new(move || {
                 let io_err = |e| FilesError::io(ctx(&decl.path), e);
                 // Copy until EOF (the size fstat saw may be stale), but at most one byte past
@@ -520,12 +519,12 @@ fn fill(
                 let room = budget.remaining();
                 let mut src = (&opened).take(room.saturating_add(1));
                 let copied = copy_into(&mut src, parent.as_fd(), &last).map_err(io_err)?;
-                if copied > room || !budget.try_charge(copied) {
+                if copied > room {
                     let limit = budget.limit();
                     problem(i, Found::Copy, FileProblem::OverBound { limit });
                     return Ok(());
                 }
-                charged.fetch_add(copied, Ordering::SeqCst);
+                sized(i, copied);
                 if let Some(p) = after_copy(decl, mode, parent.as_fd(), &last).map_err(io_err)? {
                     problem(i, Found::Copy, p);
                 }
@@ -537,6 +536,23 @@ fn fill(
         }
         Ok(())
     })?;
+    let mut sizes = sizes
+        .into_inner()
+        .expect("no copy panics holding the sizes");
+    sizes.sort_unstable();
+    for (i, bytes) in sizes {
+        if !budget.try_charge(bytes) {
+            problem(
+                i,
+                Found::Copy,
+                FileProblem::OverBound {
+                    limit: budget.limit(),
+                },
+            );
+            break;
+        }
+        *charged += bytes;
+    }
     let mut found = found
         .into_inner()
         .expect("no copy panics holding the problems");
@@ -1149,10 +1165,24 @@ mod tests {
     // captured copy (moved, not copied), byte for byte and sealed like a copy.
     #[test]
     fn a_disposable_root_gives_up_its_files_by_rename() {
+        // Written by a child process: a process forked by another test thread while this one
+        // held a file open for writing would keep that descriptor until it execs, and the
+        // lease (rightly) refuses a file someone holds open for writing.
+        let write_apart = |s: &Scene, rel: &str, content: &str| {
+            let path = s.ws.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let ok = std::process::Command::new("sh")
+                .args(["-c", "printf '%s' \"$1\" > \"$2\"", "sh", content])
+                .arg(&path)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        };
         for walk in test_walks() {
             let s = Scene::new();
-            s.write("out/deep/a.bin", &[7u8; 100_000]);
-            s.write("b.txt", b"bee");
+            write_apart(&s, "out/deep/a.bin", &"7".repeat(100_000));
+            write_apart(&s, "b.txt", "bee");
             let was = (
                 inode(&s.ws.join("out/deep/a.bin")),
                 inode(&s.ws.join("b.txt")),
@@ -1171,7 +1201,7 @@ mod tests {
             assert_eq!(budget.used(), 100_003);
             let (a, b) = (set.dir.join("out/deep/a.bin"), set.dir.join("b.txt"));
             assert_eq!((inode(&a), inode(&b)), was, "{walk:?}: moved, not copied");
-            assert_eq!(std::fs::read(&a).unwrap(), vec![7u8; 100_000]);
+            assert_eq!(std::fs::read(&a).unwrap(), "7".repeat(100_000).into_bytes());
             assert_eq!(std::fs::read(&b).unwrap(), b"bee");
             assert_eq!((mode(&a), mode(&b)), (FILE_MODE, FILE_MODE));
             assert_eq!(mode(&set.dir.join("out/deep")), DIR_MODE);
