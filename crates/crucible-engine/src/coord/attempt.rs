@@ -270,7 +270,7 @@ pub(super) async fn run(
     report
 }
 
-/// A report (RFC-0002:C-REPORTS): `context` is what [`Coord::report_context`] built when it was
+/// A report (RFC-0002:C-REPORTS): `context` is what `Coord::report_context` built when it was
 /// dispatched; rendering and delivery happen off the runtime, under the delivery's own timeout.
 pub(super) async fn deliver_report(ctx: &Ctx, task: &Task, context: Value) -> Report {
     let began = Instant::now();

@@ -2,7 +2,7 @@
 //! RFC-0002:C-SETTLED-JOIN).
 //!
 //! A set is all or nothing: every declared path is opened by the confined walk and copied from
-//! the checked descriptor (or, out of a disposable root, moved: see [`adopt`](super::adopt))
+//! the checked descriptor (or, out of a disposable root, moved: see `files/adopt.rs`)
 //! into a temporary directory inside `files/`, which is renamed over
 //! `files/<dir>/` only when the whole set is good. Any problem publishes none of it and removes
 //! whatever set the task published before, so a stale set is never staged as this attempt's.
@@ -236,7 +236,7 @@ pub struct CaptureRequest<'a> {
     /// The producer's directory name, from [`dir_name`](super::dir_name).
     pub dir_name: &'a str,
     /// `workspace` is thrown away once captured (an isolated task's checkout), so a checked file
-    /// may be moved out of it rather than copied, where [`adopt`] finds that as safe.
+    /// may be moved out of it rather than copied, where `adopt` finds that as safe.
     pub disposable: bool,
 }
 

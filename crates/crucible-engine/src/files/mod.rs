@@ -2,12 +2,13 @@
 //! with the file parts of C-SETTLED-JOIN, C-PLAYBOOK-LANE, C-PLAYBOOK-RESUME and C-REVISE-LOOP).
 //!
 //! - [`escape`]: the directory name of a producer's set (`node[<escaped key>]`).
-//! - [`confine`]: opening a declared path by descriptor walk, never by resolving a string.
-//! - [`capture`]: the pre-attempt [`Snapshot`], capture into `runs/<id>/files/<dir>/` with atomic
+//! - `confine`: opening a declared path by descriptor walk, never by resolving a string.
+//! - [`capture`](mod@capture): the pre-attempt [`Snapshot`], capture into `runs/<id>/files/<dir>/` with atomic
 //!   publication, schema validation, and the run-total [`FilesBudget`].
-//! - [`adopt`]: capture by rename out of a disposable root, where that is as safe as a copy.
-//! - [`stage`]: which sets a task receives ([`plan_staging`]) and copying them read-only under
-//!   `inputs/<dir>/` in its workspace ([`stage()`](stage::stage)).
+//! - `adopt`: capture by rename out of a disposable root, where that is as safe as a copy.
+//! - [`stage`](mod@stage): which sets a task receives ([`plan_staging`]) and copying them
+//!   read-only under `inputs/<dir>/` in its workspace ([`stage()`](stage::stage)).
+//! - `tree` and `pool`: descriptor-relative tree operations, and the threads copies run on.
 //!
 //! The runner owns the decisions about status; this module reports what it found as a
 //! [`CaptureFailure`] whose [`note`](CaptureFailure::note) goes into the task's note.
