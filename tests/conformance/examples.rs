@@ -141,3 +141,98 @@ fn audit_example_reports_on_every_crate() {
     }
     assert_eq!(git_log(&ws).lines().next(), Some("task report"));
 }
+
+// The audit example as a standing launch would run it (RFC-0002:C-ASKS, C-RUN-HISTORY): a crate
+// with a finding gets an ask for another workflow, keyed by its findings, and the report
+// compares with the earlier run its series supplied.
+#[test]
+fn audit_example_files_asks_and_reads_its_series() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let git = |args: &[&str], dir: &Path| {
+        let ok = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(
+        &["clone", "-q", &repo_root().to_string_lossy(), "repo"],
+        tmp.path(),
+    );
+    let lib = repo.join("crates/crucible-pack/src/lib.rs");
+    let mut text = std::fs::read_to_string(&lib).unwrap();
+    text.push_str("\nfn _planted() {\n    todo!()\n}\n");
+    std::fs::write(&lib, text).unwrap();
+    git(&["commit", "-qam", "plant a placeholder"], &repo);
+
+    let pack = tmp.path().join("pack");
+    copy_dir(&repo_root().join("examples/repo-audit"), &pack);
+    let manifest = pack.join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "path = \"../..\"",
+        &format!("path = {:?}", repo.to_string_lossy()),
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let series = serde_json::json!({"version": 1, "records": [{
+        "run": "earlier-run", "started_at": "2026-11-29T02:00:00Z", "ended_at": "2026-11-29T02:01:00Z",
+        "outcome": "finished", "verdict": "valid", "revision": "tree1:abc",
+        "link": "https://ctl.example/runs/earlier-run",
+        "entry": {"task": "report", "status": "pass", "output": {"audited": 6, "findings": 0}}}]});
+    let out = Command::new(BIN)
+        .args([
+            "plan",
+            "run",
+            "--max-cost",
+            "0",
+            "--max-time",
+            "5m",
+            "--jobs",
+            "2",
+        ])
+        .env("CRUCIBLE_HISTORY", series.to_string())
+        .current_dir(&pack)
+        .output()
+        .unwrap();
+    // The planted placeholder fails a required audit: the verdict is invalid.
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let audit = std::fs::read_to_string(pack.join("workspace/AUDIT.md")).unwrap();
+    assert!(audit.contains("| crucible-pack | fail |"), "{audit}");
+    assert!(
+        audit.contains("## Earlier runs") && audit.contains("0 finding(s) (earlier-run)"),
+        "{audit}"
+    );
+    let current = std::fs::read_to_string(pack.join("state/current")).unwrap();
+    let log = std::fs::read_to_string(
+        pack.join("state/runs")
+            .join(current.trim())
+            .join("session.jsonl"),
+    )
+    .unwrap();
+    let asks: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["kind"] == "asks_emitted")
+        .collect();
+    assert_eq!(asks.len(), 1, "{log}");
+    assert_eq!(asks[0]["task"], "report");
+    let ask = &asks[0]["asks"][0];
+    assert!(
+        ask["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("audit:crucible-pack:"),
+        "{ask}"
+    );
+    assert_eq!(ask["workflow"], "fix-audit-findings");
+    assert!(
+        ask["params"]["findings"][0]
+            .as_str()
+            .unwrap()
+            .contains("placeholder"),
+        "{ask}"
+    );
+}
