@@ -5,6 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crucible_agent::inference::{self, Inference, INFERENCE_ENV};
 use crucible_dsl::settings;
 use crucible_engine::asks;
+use crucible_engine::files::parse_size;
 use crucible_engine::history::{
     History, DEFAULT_HISTORY_MAX_BYTES, HISTORY_ENV, HISTORY_MAX_BYTES_ENV,
 };
@@ -390,53 +391,44 @@ impl Drop for Live {
 
 /// The model bindings in `CRUCIBLE_INFERENCE`, refused before any work when malformed.
 pub(crate) fn inference_bindings() -> Result<Inference> {
-    match std::env::var(INFERENCE_ENV) {
-        Ok(text) => inference::parse(&text).map_err(|e| anyhow!("{INFERENCE_ENV}: {e}")),
-        Err(std::env::VarError::NotPresent) => Ok(Inference::default()),
-        Err(e) => bail!("{INFERENCE_ENV}: {e}"),
-    }
+    from_env(INFERENCE_ENV, Inference::default, inference::parse)
 }
 
 /// The bound on the history one task receives: `CRUCIBLE_HISTORY_MAX_BYTES`, or 64 KiB.
 pub(crate) fn history_bound() -> Result<u64> {
-    match std::env::var(HISTORY_MAX_BYTES_ENV) {
-        Ok(text) => crucible_engine::files::parse_size(&text)
-            .map_err(|e| anyhow!("{HISTORY_MAX_BYTES_ENV}: {e}")),
-        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_HISTORY_MAX_BYTES),
-        Err(e) => bail!("{HISTORY_MAX_BYTES_ENV}: {e}"),
-    }
+    from_env(
+        HISTORY_MAX_BYTES_ENV,
+        || DEFAULT_HISTORY_MAX_BYTES,
+        parse_size,
+    )
 }
 
 /// The launch series' earlier runs in `CRUCIBLE_HISTORY`, refused before any work when
 /// malformed; none when the run belongs to no series.
 fn launch_history() -> Result<History> {
     let bound = history_bound()?;
-    match std::env::var(HISTORY_ENV) {
-        Ok(text) => History::parse(&text, bound).map_err(|e| anyhow!("{HISTORY_ENV}: {e}")),
-        Err(std::env::VarError::NotPresent) => Ok(History::none(bound)),
-        Err(e) => bail!("{HISTORY_ENV}: {e}"),
-    }
+    from_env(
+        HISTORY_ENV,
+        || History::none(bound),
+        |t| History::parse(t, bound),
+    )
 }
 
 /// What the operator configured for reports (RFC-0002:C-REPORTS): the result and body bounds,
 /// the Slack webhook and the run link, from the environment the controller sets.
 pub(crate) fn report_config() -> Result<ReportConfig> {
-    let size = |var: &str, default: u64| -> Result<u64> {
-        match std::env::var(var) {
-            Ok(text) => {
-                crucible_engine::files::parse_size(&text).map_err(|e| anyhow!("{var}: {e}"))
-            }
-            Err(std::env::VarError::NotPresent) => Ok(default),
-            Err(e) => bail!("{var}: {e}"),
-        }
-    };
     let text = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
     ReportConfig {
-        result_max_bytes: size(
+        result_max_bytes: from_env(
             report::RESULT_MAX_BYTES_ENV,
-            report::DEFAULT_RESULT_MAX_BYTES,
+            || report::DEFAULT_RESULT_MAX_BYTES,
+            parse_size,
         )?,
-        body_max_bytes: size(report::BODY_MAX_BYTES_ENV, report::BODY_MAX_BYTES_CEILING)?,
+        body_max_bytes: from_env(
+            report::BODY_MAX_BYTES_ENV,
+            || report::BODY_MAX_BYTES_CEILING,
+            parse_size,
+        )?,
         slack_webhook: text(report::SLACK_WEBHOOK_ENV),
         run_url: text(report::RUN_URL_ENV),
     }
@@ -446,13 +438,28 @@ pub(crate) fn report_config() -> Result<ReportConfig> {
 
 /// The most asks one run may emit (RFC-0002:C-ASKS): `CRUCIBLE_MAX_ASKS`, or 100.
 pub(crate) fn asks_bound() -> Result<u32> {
-    match std::env::var(asks::MAX_ASKS_ENV) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map_err(|_| anyhow!("{}: {text:?} is not a whole number", asks::MAX_ASKS_ENV)),
-        Err(std::env::VarError::NotPresent) => Ok(asks::DEFAULT_MAX_ASKS),
-        Err(e) => bail!("{}: {e}", asks::MAX_ASKS_ENV),
+    from_env(
+        asks::MAX_ASKS_ENV,
+        || asks::DEFAULT_MAX_ASKS,
+        |t| {
+            t.trim()
+                .parse()
+                .map_err(|_| format!("{t:?} is not a whole number"))
+        },
+    )
+}
+
+/// The operator's setting in `var` read by `parse`, or `default()` where it is unset; an error
+/// names the variable.
+fn from_env<T, E: std::fmt::Display>(
+    var: &str,
+    default: impl FnOnce() -> T,
+    parse: impl FnOnce(&str) -> std::result::Result<T, E>,
+) -> Result<T> {
+    match std::env::var(var) {
+        Ok(text) => parse(&text).map_err(|e| anyhow!("{var}: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(default()),
+        Err(e) => bail!("{var}: {e}"),
     }
 }
 
