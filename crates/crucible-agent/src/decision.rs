@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::http;
 use crate::inference::{Binding, Protocol};
 
 /// The longest one System One call may take.
@@ -44,22 +45,16 @@ pub fn ask(binding: &Binding, body: &Value, timeout: Duration) -> Result<Value, 
         .url
         .as_deref()
         .ok_or_else(|| AskError::Failed("the decision binding has no url".into()))?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout.min(CALL_TIMEOUT)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut request = agent.post(url).header("Content-Type", "application/json");
-    if let Some(var) = &binding.key_env {
-        let key = std::env::var(var)
-            .map_err(|_| AskError::Failed(format!("the key variable `{var}` is not set")))?;
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    let payload = serde_json::to_vec(body).expect("JSON always serializes");
-    let mut response = request
-        .send(&payload[..])
+    let key = match &binding.key_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .map_err(|_| AskError::Failed(format!("the key variable `{var}` is not set")))?,
+        ),
+        None => None,
+    };
+    let answer = http::post_json(url, key.as_deref(), body, timeout.min(CALL_TIMEOUT))
         .map_err(|e| AskError::Transport(format!("the decision model is unreachable: {e}")))?;
-    let status = response.status().as_u16();
+    let status = answer.status;
     if status == 429 || status >= 500 {
         return Err(AskError::Transport(format!(
             "the decision model answered HTTP {status}"
@@ -70,10 +65,6 @@ pub fn ask(binding: &Binding, body: &Value, timeout: Duration) -> Result<Value, 
             "the decision model answered HTTP {status}"
         )));
     }
-    let text = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| AskError::Transport(format!("reading the decision model's answer: {e}")))?;
-    serde_json::from_str(&text)
+    serde_json::from_str(&answer.body)
         .map_err(|e| AskError::Failed(format!("the decision model's answer is not JSON: {e}")))
 }

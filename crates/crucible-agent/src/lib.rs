@@ -6,6 +6,7 @@
 //! object and its reported spend).
 
 pub mod decision;
+pub mod http;
 pub mod inference;
 
 use crucible_plan::markers;

@@ -286,22 +286,13 @@ fn post_slack(config: &ReportConfig, payload: &Value) -> Result<(), Undelivered>
             "no Slack webhook is configured ({SLACK_WEBHOOK_ENV})"
         )));
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(DELIVERY_TIMEOUT))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let body = serde_json::to_vec(payload).expect("JSON always serializes");
-    let response = agent
-        .post(url)
-        .header("Content-Type", "application/json")
-        .send(&body[..]);
-    match response {
-        Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(Undelivered::Destination(format!(
+    match crucible_agent::http::post_json(url, None, payload, DELIVERY_TIMEOUT) {
+        Ok(a) if (200..300).contains(&a.status) => Ok(()),
+        Ok(a) => Err(Undelivered::Destination(format!(
             "the Slack webhook answered HTTP {}",
-            r.status().as_u16()
+            a.status
         ))),
+        // The cause may name the webhook, which is the credential: it is not passed on.
         Err(_) => Err(Undelivered::Destination(
             "the Slack webhook could not be reached".into(),
         )),
