@@ -30,4 +30,5 @@ mod runs;
 mod settled_join;
 mod stop;
 mod task_files;
+mod terminal;
 mod workspace;

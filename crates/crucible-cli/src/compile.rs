@@ -7,6 +7,7 @@ use crucible_dsl::{CompileRequest, Compiled, Diagnostics, Limits};
 use crucible_engine::files;
 use crucible_pack::files::{pack_files, tree1_of};
 use crucible_pack::manifest::{self, LoadedManifest};
+use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::vocab::ceilings;
 use crucible_plan::{canonical, duration, render, validate, Plan};
 use std::collections::BTreeSet;
@@ -48,7 +49,7 @@ fn locate(file: &Path, manifest_dir: Option<&Path>) -> Result<(PathBuf, String)>
 }
 
 fn report(d: &Diagnostics) -> ExitCode {
-    eprintln!("{d}");
+    eprintln!("{}", escape_lines(&d.to_string()));
     eprintln!("\n{} error(s)", d.0.len());
     ExitCode::from(1)
 }
@@ -94,7 +95,7 @@ pub(crate) fn manifest_plan(
         );
     }
     for p in &problems {
-        eprintln!("{}: {p}", m.path.display());
+        eprintln!("{}", escape(&format!("{}: {p}", m.path.display())));
     }
     Err(anyhow!(
         "{} error(s) in the [[workflow.task]] tables",
@@ -399,7 +400,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
     );
     match pack_files(&m.dir) {
         Err(e) => {
-            eprintln!("error[RFC-0002:C-PACK-BASE]: {e}");
+            eprintln!("error[RFC-0002:C-PACK-BASE]: {}", escape(&e.to_string()));
             findings += 1;
         }
         Ok(listing) => {
@@ -409,7 +410,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
                 tree1_of(&m.dir, &listing)?
             );
             for p in &listing.ignored {
-                println!("  ignored: {p}");
+                println!("  ignored: {}", escape(p));
             }
         }
     }
@@ -417,7 +418,10 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
     if let Some(goal_file) = &agent.goal_file {
         let dir = crucible_pack::files::PackDir::open(&m.dir)?;
         if let Err(e) = dir.read(goal_file, Limits::default().max_file_bytes) {
-            eprintln!("error[RFC-0001:C-MANIFEST]: [agent].goal_file {e}");
+            eprintln!(
+                "error[RFC-0001:C-MANIFEST]: [agent].goal_file {}",
+                escape(&e.to_string())
+            );
             findings += 1;
         }
     }
@@ -427,12 +431,12 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
     }
     let plan = match manifest_plan(&m, &a.params) {
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", escape_lines(&format!("{e:#}")));
             findings += 1;
             None
         }
         Ok(Err(d)) => {
-            eprintln!("{d}");
+            eprintln!("{}", escape_lines(&d.to_string()));
             findings += d.0.len();
             None
         }
@@ -488,14 +492,17 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
     }
     println!("egress and credentials:");
-    println!("  backend: {}", agent.backend.as_deref().unwrap_or("local"));
+    println!(
+        "  backend: {}",
+        escape(agent.backend.as_deref().unwrap_or("local"))
+    );
     if agent.env.is_empty() {
         println!("  [agent].env: none");
     } else {
         // Names only: values are credentials.
         println!(
             "  [agent].env names: {}",
-            agent.env.keys().cloned().collect::<Vec<_>>().join(", ")
+            escape(&agent.env.keys().cloned().collect::<Vec<_>>().join(", "))
         );
     }
     match crate::run::inference_bindings() {
@@ -516,12 +523,13 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
     }
     for (name, sb) in &agent.sandbox {
-        println!(
+        let line = format!(
             "  sandbox {name}: image {}, secrets [{}], endpoints [{}]",
             sb.image.as_deref().unwrap_or("default"),
             sb.secrets.join(", "),
             sb.endpoints.join(", ")
         );
+        println!("{}", escape(&line));
     }
     let o = &agent.overrides;
     println!(
@@ -548,7 +556,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
 pub fn pack_digest(a: &DigestArgs) -> Result<ExitCode> {
     let listing = pack_files(&a.dir).map_err(|e| anyhow!("{}: {e}", a.dir.display()))?;
     for p in &listing.ignored {
-        eprintln!("ignored: {p}");
+        eprintln!("ignored: {}", escape(p));
     }
     println!("{}", tree1_of(&a.dir, &listing)?);
     Ok(ExitCode::SUCCESS)

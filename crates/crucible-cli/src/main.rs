@@ -34,7 +34,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!(
+                "error: {}",
+                crucible_plan::terminal::escape_lines(&format!("{e:#}"))
+            );
             ExitCode::from(1)
         }
     }

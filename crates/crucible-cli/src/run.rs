@@ -11,6 +11,7 @@ use crucible_engine::history::{
 };
 use crucible_engine::report::{self, ReportConfig};
 use crucible_engine::{Launch, Observer, RunErrorKind, RunRequest, RunSummary};
+use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
 use std::io::{IsTerminal, Write};
@@ -65,7 +66,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
             compiled.plan
         }
         Err(diags) => {
-            eprintln!("{diags}");
+            eprintln!("{}", escape_lines(&diags.to_string()));
             bail!("{} compile error(s): nothing was dispatched", diags.0.len());
         }
     };
@@ -155,7 +156,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         }
         Err(e) if e.kind == RunErrorKind::Refused => Err(anyhow!("refused: {e}")),
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", escape_lines(&e.to_string()));
             Ok(ExitCode::from(EXIT_INVALID))
         }
     }
@@ -193,7 +194,10 @@ pub fn runs(args: &RunsArgs) -> Result<ExitCode> {
     let runs = crucible_engine::state::list_runs(&args.state_dir)
         .with_context(|| format!("cannot read {}", args.state_dir.display()))?;
     if runs.is_empty() {
-        println!("no runs in {}", args.state_dir.display());
+        println!(
+            "no runs in {}",
+            escape(&args.state_dir.display().to_string())
+        );
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -203,32 +207,38 @@ pub fn runs(args: &RunsArgs) -> Result<ExitCode> {
     for r in runs {
         println!(
             "{:<36}  {:<24}  {:<9}  {:<8}  {}",
-            r.id,
-            r.started_at,
-            r.outcome.as_deref().unwrap_or("-"),
-            r.verdict.as_deref().unwrap_or("-"),
+            escape(&r.id),
+            escape(&r.started_at),
+            escape(r.outcome.as_deref().unwrap_or("-")),
+            escape(r.verdict.as_deref().unwrap_or("-")),
             r.spent_usd.map_or("-".to_string(), |s| format!("${s:.2}")),
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// One settled row as a line of the summary and the live view: the task name (an `over` item
+/// key is a task's output), note and refusal are a task's text, so each is escaped.
 fn row_line(name: &str, row: Option<&TaskResult>) -> String {
     let Some(r) = row else {
-        return format!("{name} unsettled (never dispatched)");
+        return format!("{} unsettled (never dispatched)", escape(name));
     };
     let mut line = format!(
         "{} {} attempts={} cost=${:.2} secs={:.2}",
-        r.task, r.status, r.attempts, r.cost_usd, r.secs
+        escape(&r.task),
+        r.status,
+        r.attempts,
+        r.cost_usd,
+        r.secs
     );
     if let Some(note) = &r.note {
-        line.push_str(&format!(" note: {note}"));
+        line.push_str(&format!(" note: {}", escape(note)));
     }
     if let Some(refused) = &r.refused {
-        line.push_str(&format!(" refused: {refused}"));
+        line.push_str(&format!(" refused: {}", escape(refused)));
     }
     if let Some(from) = &r.reused_from {
-        line.push_str(&format!(" (reused from run {from})"));
+        line.push_str(&format!(" (reused from run {})", escape(from)));
     }
     line
 }
@@ -244,7 +254,7 @@ fn print_summary(s: &RunSummary) {
         outcome.push_str(&format!(" ({c})"));
     }
     if let Some(r) = &s.reason {
-        outcome.push_str(&format!(": {r}"));
+        outcome.push_str(&format!(": {}", escape(r)));
     }
     let _ = writeln!(out, "{outcome}");
     let _ = writeln!(
@@ -262,7 +272,7 @@ fn print_summary(s: &RunSummary) {
             s.reused_usd
         );
     }
-    let _ = writeln!(out, "run: {}", s.run_id);
+    let _ = writeln!(out, "run: {}", escape(&s.run_id));
     let _ = writeln!(out, "verdict: {}", s.verdict);
 }
 
@@ -271,13 +281,13 @@ struct Plain;
 
 impl Observer for Plain {
     fn run_started(&mut self, run_id: &str, _: &Path) {
-        println!("run {run_id}");
+        println!("run {}", escape(run_id));
     }
     fn task_started(&mut self, task: &str) {
-        println!("started {task}");
+        println!("started {}", escape(task));
     }
     fn task_settled(&mut self, row: &TaskResult) {
-        println!("settled {} {}", row.task, row.status);
+        println!("settled {} {}", escape(&row.task), row.status);
     }
 }
 
@@ -317,7 +327,11 @@ impl Live {
         // Lines are cut to the terminal's width: a wrapped line would break the redraw.
         let width = terminal_width().saturating_sub(1).max(20);
         for (name, since) in &self.running {
-            let line = format!("  ▶ {name}  {:.1}s", since.elapsed().as_secs_f64());
+            let line = format!(
+                "  ▶ {}  {:.1}s",
+                escape(name),
+                since.elapsed().as_secs_f64()
+            );
             let _ = writeln!(out, "{}", cut(&line, width));
         }
         let footer = format!(
@@ -353,7 +367,7 @@ fn terminal_width() -> usize {
 
 impl Observer for Live {
     fn run_started(&mut self, run_id: &str, _: &Path) {
-        println!("run {run_id}");
+        println!("run {}", escape(run_id));
     }
     fn task_started(&mut self, task: &str) {
         self.running.push((task.to_string(), Instant::now()));

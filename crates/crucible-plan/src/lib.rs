@@ -8,6 +8,7 @@ pub mod canonical;
 pub mod duration;
 pub mod plan;
 pub mod render;
+pub mod terminal;
 pub mod validate;
 pub mod vocab;
 pub mod wire;
