@@ -18,6 +18,7 @@ mod lane;
 mod live;
 mod mapped_files;
 mod model_routes;
+mod one_engine;
 mod repair;
 mod reports;
 mod rerun;

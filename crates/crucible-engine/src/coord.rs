@@ -230,6 +230,9 @@ pub async fn execute(
             ws.display()
         )));
     }
+    // One engine per state directory and workspace, from before either is touched to the end.
+    let mut engine_lock = crate::lock::EngineLock::take(&state_dir)?;
+    crate::lock::check_workspace(&ws, &state_dir)?;
     // A crashed run may have left sealed (read-only) staged inputs behind; every launch
     // rebuilds the workspace, so clear them first.
     if ws.is_dir() {
@@ -247,9 +250,8 @@ pub async fn execute(
             parent = Some(rerun::load(&req.plan, &adm, &state_dir, p, select)?);
         }
     }
-    let (_run_lock, run_id, run_dir, file, folded, folded_asks) = if let Some(r) = resumed.take() {
+    let (run_id, run_dir, file, folded, folded_asks) = if let Some(r) = resumed.take() {
         let resume::Reopened {
-            lock,
             run_id,
             run_dir,
             log,
@@ -267,11 +269,10 @@ pub async fn execute(
             elapsed_secs: elapsed.as_secs_f64(),
         });
         log::append_now(&mut file, &line).map_err(state_err("session log"))?;
-        (lock, run_id, run_dir, file, log.rows, log.asks)
+        (run_id, run_dir, file, log.rows, log.asks)
     } else {
         let run_dir =
             state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
-        let lock = resume::hold(&run_dir)?;
         let memory = run_dir.join("memory");
         let base = {
             let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
@@ -347,8 +348,11 @@ pub async fn execute(
                 .collect(),
         });
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
-        (lock, run_id, run_dir, file, Vec::new(), 0)
+        (run_id, run_dir, file, Vec::new(), 0)
     };
+    engine_lock
+        .claim(&run_id)
+        .map_err(state_err("state directory lock"))?;
     let mut files = RunFiles::new(&run_dir, &req.plan.tasks, req.max_files_bytes);
     if let Some(p) = &parent {
         rerun::copy_sets(p, &files.dir)?;

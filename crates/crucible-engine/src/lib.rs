@@ -12,6 +12,7 @@ pub mod files;
 mod git;
 pub mod graph;
 pub mod history;
+mod lock;
 mod log;
 mod proc;
 pub mod report;

@@ -147,29 +147,8 @@ pub fn reused_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
         .sum()
 }
 
-/// Holds a run for this process: an exclusive lock on `runs/<id>/lock`, released by the kernel
-/// however the process ends, so a resume can tell a crashed run from one still going.
-pub fn hold(run_dir: &Path) -> Result<File, RunError> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(run_dir.join("lock"))
-        .map_err(|e| RunError::state(format!("run lock: {e}")))?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(file),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(RunError::refused(format!(
-            "run {} is still running in another process: only an interrupted run can be resumed",
-            run_dir.file_name().unwrap_or_default().to_string_lossy()
-        ))),
-        Err(e) => Err(RunError::state(format!("run lock: {e}"))),
-    }
-}
-
 /// An interrupted run, ready for the coordinator.
 pub struct Reopened {
-    /// The run's lock, held until the coordinator is done with it.
-    pub lock: File,
     pub run_id: String,
     pub run_dir: PathBuf,
     pub log: Log,
@@ -204,7 +183,6 @@ pub fn reopen(
     let path = run_dir.join("session.jsonl");
     let log = read_log(&path)?;
     check_identity(req, &log.start, max_cost)?;
-    let lock = hold(&run_dir)?;
     if let Some(sd) = &log.shutdown {
         let reused = reused_spend(&req.plan, &log.rows);
         return Ok(Resumption::Finished(Box::new(RunSummary {
@@ -268,7 +246,6 @@ pub fn reopen(
         .duration_since(log.started_at)
         .unwrap_or_default();
     Ok(Resumption::Live(Box::new(Reopened {
-        lock,
         run_id,
         run_dir,
         log,

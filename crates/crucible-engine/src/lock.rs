@@ -1,0 +1,154 @@
+//! One engine per state directory and per workspace (issue 11): a run, its resumption and its
+//! reruns hold an exclusive `flock` on `<state>/engine.lock` from before the workspace is touched
+//! until the engine exits. A second launch is refused at once, naming the run that holds the lock
+//! and its engine's pid; a lock left by an engine that died is released by the kernel with its
+//! last descriptor, so the next launch simply takes it over.
+//!
+//! Two state directories can still share one workspace (the same pack launched with different
+//! `--state-dir`s). The workspace's `.git` link names the git memory of the run that built it,
+//! under that run's state directory, so a launch also refuses while that other directory's lock
+//! is held.
+
+use crate::RunError;
+use rustix::fs::{flock, FlockOperation};
+use rustix::io::Errno;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// The lock file in a state directory.
+pub const LOCK_FILE: &str = "engine.lock";
+
+/// The held lock; released when dropped (or when the process dies, however it dies).
+pub struct EngineLock {
+    file: File,
+}
+
+impl EngineLock {
+    /// Takes the state directory's lock, creating the directory if needed, or refuses naming
+    /// whoever holds it.
+    pub fn take(state_dir: &Path) -> Result<EngineLock, RunError> {
+        let err = |e: std::io::Error| {
+            RunError::refused(format!(
+                "state directory {}: cannot take its lock: {e}",
+                state_dir.display()
+            ))
+        };
+        std::fs::create_dir_all(state_dir).map_err(err)?;
+        let mut file = open(state_dir).map_err(err)?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return Err(in_use(state_dir, &mut file)),
+            Err(e) => return Err(err(e.into())),
+        }
+        let mut lock = EngineLock { file };
+        lock.record(None).map_err(err)?;
+        Ok(lock)
+    }
+
+    /// Records the run this engine is working on, for the refusal a second launch gets.
+    pub fn claim(&mut self, run_id: &str) -> std::io::Result<()> {
+        self.record(Some(run_id))
+    }
+
+    fn record(&mut self, run_id: Option<&str>) -> std::io::Result<()> {
+        let mut text = format!("pid {}\n", std::process::id());
+        if let Some(id) = run_id {
+            text.push_str(&format!("run {id}\n"));
+        }
+        self.file.set_len(0)?;
+        self.file.seek(SeekFrom::Start(0))?;
+        self.file.write_all(text.as_bytes())
+    }
+}
+
+fn open(state_dir: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(state_dir.join(LOCK_FILE))
+}
+
+/// The refusal for a lock another engine holds: its run and pid as it recorded them.
+fn in_use(state_dir: &Path, file: &mut File) -> RunError {
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let holder = match (field("run "), field("pid ")) {
+        (Some(run), Some(pid)) => {
+            format!("run {run} is still running in another engine (pid {pid})")
+        }
+        (None, Some(pid)) => format!("another engine (pid {pid}) is starting a run in it"),
+        _ => "another engine is starting a run in it".to_string(),
+    };
+    RunError::refused(format!(
+        "state directory {} is in use: {holder}; one engine per state directory: wait for it to end, or stop it",
+        state_dir.display()
+    ))
+}
+
+/// Refuses when the workspace was built by a run of another state directory whose engine is
+/// still running: it would be rebuilt under that engine's tasks.
+pub fn check_workspace(ws: &Path, state_dir: &Path) -> Result<(), RunError> {
+    let Some(other) = builder_state_dir(ws) else {
+        return Ok(());
+    };
+    let same = match (other.canonicalize(), state_dir.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => other == state_dir,
+    };
+    if same {
+        return Ok(());
+    }
+    let Ok(mut file) = std::fs::File::open(other.join(LOCK_FILE)) else {
+        return Ok(());
+    };
+    // A shared probe: it fails only while an engine holds the lock exclusively.
+    match flock(&file, FlockOperation::NonBlockingLockShared) {
+        Err(Errno::WOULDBLOCK) => {
+            let RunError { message, .. } = in_use(&other, &mut file);
+            Err(RunError::refused(format!(
+                "the workspace {} belongs to another state directory: {message}",
+                ws.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The state directory of the run whose git memory the workspace's `.git` link names
+/// (`<state>/runs/<id>/memory`).
+fn builder_state_dir(ws: &Path) -> Option<PathBuf> {
+    let link = std::fs::read_to_string(ws.join(".git")).ok()?;
+    let gitdir = PathBuf::from(link.strip_prefix("gitdir:")?.trim());
+    let runs = gitdir.parent()?.parent()?;
+    (runs.file_name()? == "runs").then(|| runs.parent().map(Path::to_path_buf))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_is_refused_naming_the_run_and_pid() {
+        let d = tempfile::tempdir().unwrap();
+        let mut first = EngineLock::take(d.path()).unwrap();
+        first.claim("run-1").unwrap();
+        let e = EngineLock::take(d.path()).err().expect("refused");
+        assert!(e.message.contains("run run-1"), "{}", e.message);
+        assert!(
+            e.message.contains(&format!("pid {}", std::process::id())),
+            "{}",
+            e.message
+        );
+        drop(first);
+        EngineLock::take(d.path()).expect("released with its holder");
+    }
+}
