@@ -107,10 +107,11 @@ fn launch_settings_are_checked_and_applied() {
     assert_eq!(p.row("b")["output"]["model"], "m2");
 }
 
-// Tasks sharing a session join one durable conversation: the same session id, one at a time.
+// Tasks sharing a session join one durable conversation: the same session id, one at a time;
+// the first turn starts it and later ones resume it (CRUCIBLE_AGENT_SESSION_ACTION).
 #[test]
 fn tasks_in_a_session_share_its_id() {
-    let turn = r#"echo "{\"session\": \"$CRUCIBLE_AGENT_SESSION_ID\"}" > PLAN_TASK_RESULT.json"#;
+    let turn = r#"echo "{\"session\": \"$CRUCIBLE_AGENT_SESSION_ID\", \"name\": \"$CRUCIBLE_AGENT_SESSION\", \"action\": \"$CRUCIBLE_AGENT_SESSION_ACTION\"}" > PLAN_TASK_RESULT.json"#;
     let p = Pack::playbook(&format!(
         "[agent]\nbackend = \"command\"\nagent_cmd = '''{turn}'''\n\
          [[workflow.task]]\nname = \"plan\"\nkind = \"agent\"\nprompt = \"x\"\nsession = \"s1\"\n\
@@ -125,5 +126,9 @@ fn tasks_in_a_session_share_its_id() {
         .to_string();
     assert!(a.ends_with("-s1"), "{a}");
     assert_eq!(p.row("build")["output"]["session"], a.as_str());
+    assert_eq!(p.row("plan")["output"]["name"], "s1");
+    assert_eq!(p.row("plan")["output"]["action"], "start");
+    assert_eq!(p.row("build")["output"]["action"], "resume");
     assert_eq!(p.row("solo")["output"]["session"], "");
+    assert_eq!(p.row("solo")["output"]["action"], "");
 }

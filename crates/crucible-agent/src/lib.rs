@@ -1,13 +1,15 @@
-//! Agent harnesses. Today: the command stand-in backend (`[agent] backend = "command"` or
-//! `--agent-cmd`), which runs a shell command as the turn, and the model bindings of
-//! `CRUCIBLE_INFERENCE` ([`inference`]) with the decision model's System One call
-//! ([`decision`]). The engine owns the process (its group, deadline and kill); this crate owns
-//! what goes in (the prompt and environment) and what comes out (the `PLAN_TASK_RESULT.json`
-//! object and its reported spend).
+//! Agent harnesses ([`harness`]: the seam, and the command stand-in backend, `[agent] backend =
+//! "command"` or `--agent-cmd`, which runs a shell command as the turn), the process an attempt
+//! starts ([`spawn`]), and the model bindings of `CRUCIBLE_INFERENCE` ([`inference`]) with the
+//! decision model's System One call ([`decision`]). The engine owns the process (its group,
+//! deadline and kill); this crate owns what goes in (the prompt, argv and environment) and what
+//! comes out (the `PLAN_TASK_RESULT.json` object, the conversation and its spend).
 
 pub mod decision;
+pub mod harness;
 pub mod http;
 pub mod inference;
+pub mod spawn;
 
 use crucible_plan::markers;
 use serde_json::Value;
@@ -84,40 +86,12 @@ pub fn repair_prompt(task: &str, notes: &[String], round: u32, of: u32) -> Strin
     out
 }
 
-/// The resolved settings of one turn; `None` leaves the variable unset.
+/// The resolved settings of one turn; `None` leaves the setting to the harness.
 #[derive(Clone, Debug, Default)]
 pub struct TurnSettings {
     pub harness: Option<String>,
     pub model: Option<String>,
     pub effort: Option<String>,
-    /// The durable conversation this turn joins.
-    pub session: Option<String>,
-}
-
-/// The largest prompt passed in `CRUCIBLE_PROMPT`: Linux refuses any single environment string
-/// over 128 KiB, which would fail the spawn. A larger prompt is only in `CRUCIBLE_PROMPT_FILE`.
-pub const PROMPT_ENV_MAX: usize = 120 * 1024;
-
-/// The environment the stand-in command gets: `CRUCIBLE_PROMPT` (up to [`PROMPT_ENV_MAX`]),
-/// `CRUCIBLE_HARNESS`, `CRUCIBLE_MODEL`, `CRUCIBLE_EFFORT` (each only when set) and
-/// `CRUCIBLE_AGENT_SESSION_ID` for a task in a session.
-pub fn command_env(prompt: &str, settings: &TurnSettings) -> Vec<(String, String)> {
-    let mut env = Vec::new();
-    if prompt.len() <= PROMPT_ENV_MAX {
-        env.push(("CRUCIBLE_PROMPT".to_string(), prompt.to_string()));
-    }
-    let pairs = [
-        ("CRUCIBLE_HARNESS", &settings.harness),
-        ("CRUCIBLE_MODEL", &settings.model),
-        ("CRUCIBLE_EFFORT", &settings.effort),
-        ("CRUCIBLE_AGENT_SESSION_ID", &settings.session),
-    ];
-    for (name, value) in pairs {
-        if let Some(v) = value {
-            env.push((name.to_string(), v.clone()));
-        }
-    }
-    env
 }
 
 /// A turn's result object and the spend it reported.
@@ -219,21 +193,6 @@ mod tests {
         })
         .unwrap_err();
         assert!(matches!(e.kind, AgentErrorKind::MarkerInInputs));
-    }
-
-    #[test]
-    fn env_sets_only_known_settings() {
-        let env = command_env(
-            "hi",
-            &TurnSettings {
-                model: Some("m".into()),
-                ..Default::default()
-            },
-        );
-        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(names, ["CRUCIBLE_PROMPT", "CRUCIBLE_MODEL"]);
-        let huge = "x".repeat(PROMPT_ENV_MAX + 1);
-        assert!(command_env(&huge, &TurnSettings::default()).is_empty());
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::resume::{self, Resumption};
 use crate::taskfiles::{self, RunFiles, StagingRefused};
 use crate::taskio::Graded;
 use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
+use crucible_agent::harness::Harness;
 use crucible_plan::wire::{
     AdmittedTask, Ask, AsksEmitted, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start,
     TaskResult, GATE_TASK,
@@ -35,10 +36,10 @@ use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
 };
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -105,7 +106,8 @@ struct Ctx {
     run_dir: PathBuf,
     max_secs: u64,
     run_deadline: Instant,
-    agent_cmd: Option<String>,
+    /// What runs agent turns (admission requires one when the plan has agent tasks).
+    harness: Option<Arc<dyn Harness>>,
     agent_env: Vec<(String, String)>,
     goal: Option<String>,
     /// `--harness` / `--model`: above every task's own setting.
@@ -116,6 +118,8 @@ struct Ctx {
     default_model: Option<String>,
     default_effort: Option<String>,
     run_id: String,
+    /// Each `session()`'s conversation, by name: the harness's id a later turn resumes.
+    sessions: Mutex<HashMap<String, String>>,
     tx: mpsc::UnboundedSender<Msg>,
     /// Set once the cost ceiling is reached: spending tasks stop retrying.
     spend_blocked: Arc<AtomicBool>,
@@ -381,7 +385,9 @@ pub async fn execute(
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,
-        agent_cmd: adm.agent_cmd.clone(),
+        harness: adm.agent_cmd.clone().map(|agent_cmd| {
+            Arc::new(crucible_agent::harness::command::Command { agent_cmd }) as Arc<dyn Harness>
+        }),
         agent_env: agent
             .env
             .iter()
@@ -394,6 +400,7 @@ pub async fn execute(
         default_model: agent.model.clone(),
         default_effort: agent.effort.clone(),
         run_id: run_id.clone(),
+        sessions: Mutex::default(),
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
         files: Arc::new(files),

@@ -19,6 +19,7 @@ pub mod report;
 mod rerun;
 mod resume;
 pub mod state;
+mod taskenv;
 mod taskfiles;
 mod taskio;
 

@@ -1,10 +1,12 @@
 //! Attempts as process groups (ARCHITECTURE.md, "Process groups").
 //!
-//! Every attempt runs `sh -c` as the leader of its own process group. A deadline, the wall-clock
+//! Every attempt runs its [`Spawn`] (a command's `sh -c`, a harness turn's argv) as the leader
+//! of its own process group, with exactly the environment the spawn carries. A deadline, the wall-clock
 //! ceiling or an operator stop kills the whole group: TERM, a short grace, then KILL, so
 //! grandchildren a task left in the background die with it. When the leader exits on its own,
 //! whatever it left running in its group is killed too: the attempt is over.
 
+use crucible_agent::spawn::Spawn;
 use std::collections::HashSet;
 use std::io;
 use std::path::Path;
@@ -12,7 +14,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// How much of a stream an attempt keeps: only its end matters (the result is the last stdout
@@ -20,20 +22,48 @@ use tokio::time::Instant;
 const STDOUT_KEEP: usize = 1 << 20;
 const STDERR_KEEP: usize = 256 << 10;
 
-/// Reads a stream to its end, keeping at most its last `keep` bytes.
-async fn read_tail(r: &mut (impl tokio::io::AsyncRead + Unpin), keep: usize) -> Vec<u8> {
+/// The longest stdout line sent live: a longer one is skipped (its tail is still kept).
+const LINE_MAX: usize = 8 << 20;
+
+/// Reads a stream to its end, keeping at most its last `keep` bytes, and sends each complete
+/// line (without its newline) to `lines` as it arrives.
+async fn read_tail(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    keep: usize,
+    lines: Option<mpsc::UnboundedSender<Vec<u8>>>,
+) -> Vec<u8> {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
+    // The line being read, and whether it already ran past LINE_MAX.
+    let (mut line, mut overlong) = (Vec::new(), false);
     loop {
         match r.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some(tx) = &lines {
+                    for piece in chunk[..n].split_inclusive(|b| *b == b'\n') {
+                        if !overlong {
+                            line.extend_from_slice(piece);
+                            overlong = line.len() > LINE_MAX;
+                        }
+                        if piece.ends_with(b"\n") {
+                            if !overlong {
+                                line.pop();
+                                let _ = tx.send(std::mem::take(&mut line));
+                            }
+                            (line, overlong) = (Vec::new(), false);
+                        }
+                    }
+                }
                 buf.extend_from_slice(&chunk[..n]);
                 if buf.len() > 2 * keep {
                     buf.drain(..buf.len() - keep);
                 }
             }
         }
+    }
+    if let Some(tx) = lines.filter(|_| !line.is_empty() && !overlong) {
+        let _ = tx.send(line);
     }
     if buf.len() > keep {
         buf.drain(..buf.len() - keep);
@@ -138,22 +168,6 @@ pub enum Abort {
     Stop,
 }
 
-/// `sh`, found on PATH once: resolving it on every spawn costs a failed exec per PATH entry
-/// ahead of it, on every task.
-fn shell() -> &'static Path {
-    static SH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    SH.get_or_init(|| {
-        std::env::var_os("PATH")
-            .and_then(|path| {
-                std::env::split_paths(&path)
-                    .map(|dir| dir.join("sh"))
-                    .find(|p| p.is_file())
-            })
-            // Not found: spawning the bare name fails the same way a lookup would.
-            .unwrap_or_else(|| "sh".into())
-    })
-}
-
 /// How an attempt's process ended.
 #[derive(Debug)]
 pub enum Ended {
@@ -180,33 +194,34 @@ pub struct Deadline {
     pub own_limit: bool,
 }
 
-/// Runs `sh -c command` in `cwd` as its own process group until it exits, its deadline falls,
-/// or `abort` says so. An `Err` is a spawn failure: a transport failure of the attempt.
+/// Runs `spawn` as its own process group, with only the spawn's environment, until it exits, its
+/// deadline falls, or `abort` says so; each stdout line goes to `lines` as it arrives. An `Err`
+/// is a spawn failure: a transport failure of the attempt.
 pub async fn run(
-    command: &str,
-    cwd: &Path,
-    env: &[(String, String)],
+    spawn: &Spawn,
     deadline: Deadline,
     mut abort: watch::Receiver<Abort>,
+    lines: Option<mpsc::UnboundedSender<Vec<u8>>>,
 ) -> io::Result<Finished> {
-    let mut cmd = tokio::process::Command::new(shell());
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
+    let Some((program, args)) = spawn.argv.split_first() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty argv"));
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(&spawn.cwd)
+        .env_clear()
+        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     register(pgid);
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
-    let read_out = tokio::spawn(async move { read_tail(&mut out, STDOUT_KEEP).await });
-    let read_err = tokio::spawn(async move { read_tail(&mut err, STDERR_KEEP).await });
+    let read_out = tokio::spawn(async move { read_tail(&mut out, STDOUT_KEEP, lines).await });
+    let read_err = tokio::spawn(async move { read_tail(&mut err, STDERR_KEEP, None).await });
     let current = *abort.borrow();
     let ended = if current != Abort::None {
         kill_group(pgid).await;
@@ -317,6 +332,11 @@ fn group_has_live_member(pgid: i32) -> bool {
 mod tests {
     use super::*;
 
+    fn sh(command: &str, env: &[(&str, &str)]) -> Spawn {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Spawn::shell(command, Path::new("."), env.collect())
+    }
+
     fn far() -> Deadline {
         Deadline {
             at: Instant::now() + Duration::from_secs(30),
@@ -327,16 +347,8 @@ mod tests {
     #[tokio::test]
     async fn captures_output_and_status() {
         let (_tx, rx) = watch::channel(Abort::None);
-        let env = vec![("X".to_string(), "7".to_string())];
-        let f = run(
-            "echo $X; echo err >&2; exit 3",
-            Path::new("."),
-            &env,
-            far(),
-            rx,
-        )
-        .await
-        .unwrap();
+        let s = sh("echo $X; echo err >&2; exit 3", &[("X", "7")]);
+        let f = run(&s, far(), rx, None).await.unwrap();
         assert!(matches!(f.ended, Ended::Exited(s) if s.code() == Some(3)));
         assert_eq!(f.stdout, b"7\n");
         assert_eq!(f.stderr, b"err\n");
@@ -350,7 +362,7 @@ mod tests {
             at: Instant::now() + Duration::from_millis(300),
             own_limit: true,
         };
-        let f = run("sleep 30 & echo $!; wait", Path::new("."), &[], d, rx)
+        let f = run(&sh("sleep 30 & echo $!; wait", &[]), d, rx, None)
             .await
             .unwrap();
         assert!(matches!(f.ended, Ended::TimedOut));
@@ -365,11 +377,8 @@ mod tests {
     #[tokio::test]
     async fn abort_stops_an_attempt() {
         let (tx, rx) = watch::channel(Abort::None);
-        let h = tokio::spawn(async move {
-            run("sleep 30", Path::new("."), &[], far(), rx)
-                .await
-                .unwrap()
-        });
+        let h =
+            tokio::spawn(async move { run(&sh("sleep 30", &[]), far(), rx, None).await.unwrap() });
         // Whether the stop lands before or after the spawn, the attempt ends stopped.
         tx.send(Abort::Stop).unwrap();
         assert!(matches!(h.await.unwrap().ended, Ended::Stopped));
@@ -379,7 +388,7 @@ mod tests {
     async fn long_output_keeps_its_end() {
         let (_tx, rx) = watch::channel(Abort::None);
         let cmd = "yes x | head -c 3000000; echo; echo '{\"last\": true}'";
-        let f = run(cmd, Path::new("."), &[], far(), rx).await.unwrap();
+        let f = run(&sh(cmd, &[]), far(), rx, None).await.unwrap();
         assert!(f.stdout.len() <= STDOUT_KEEP);
         assert!(f.stdout.ends_with(b"{\"last\": true}\n"));
     }
@@ -387,8 +396,38 @@ mod tests {
     #[tokio::test]
     async fn spawn_failure_is_an_error() {
         let (_tx, rx) = watch::channel(Abort::None);
-        assert!(run("true", Path::new("/nonexistent-dir"), &[], far(), rx)
-            .await
-            .is_err());
+        let s = Spawn::shell("true", Path::new("/nonexistent-dir"), Vec::new());
+        assert!(run(&s, far(), rx, None).await.is_err());
+    }
+
+    // The spawn's environment is all the process gets: the engine's own is cleared.
+    #[tokio::test]
+    async fn only_the_spawns_environment_reaches_the_process() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        let home = std::env::var("HOME").unwrap_or_default();
+        let s = sh("env", &[("ONLY", "this")]);
+        let f = run(&s, far(), rx, None).await.unwrap();
+        let text = String::from_utf8_lossy(&f.stdout);
+        assert!(text.lines().any(|l| l == "ONLY=this"), "{text}");
+        assert!(
+            home.is_empty() || !text.contains(&format!("HOME={home}\n")),
+            "{text}"
+        );
+    }
+
+    // Lines reach the reader as they are printed, before the process ends, and the last one
+    // without its newline too; the kept tail is unchanged.
+    #[tokio::test]
+    async fn stdout_lines_stream_live() {
+        let (_tx, rx) = watch::channel(Abort::None);
+        let (lines, mut got) = mpsc::unbounded_channel();
+        let s = sh("echo one; echo two; sleep 1; printf three", &[]);
+        let h = tokio::spawn(async move { run(&s, far(), rx, Some(lines)).await.unwrap() });
+        assert_eq!(got.recv().await.unwrap(), b"one");
+        assert_eq!(got.recv().await.unwrap(), b"two");
+        assert!(!h.is_finished(), "the lines came while the process ran");
+        let f = h.await.unwrap();
+        assert_eq!(got.recv().await.unwrap(), b"three");
+        assert_eq!(f.stdout, b"one\ntwo\nthree");
     }
 }

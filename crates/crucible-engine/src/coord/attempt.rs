@@ -9,8 +9,11 @@ use crate::files::StagedSet;
 use crate::graph::route;
 use crate::proc::{self, Abort, Deadline, Ended};
 use crate::report;
+use crate::taskenv;
 use crate::taskio::{self, Graded};
 use crucible_agent::decision::AskError;
+use crucible_agent::harness::{Harness, Progress, Session, Turn};
+use crucible_agent::spawn::Spawn;
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::Repair;
 use crucible_plan::{duration, Stage, Status, Task, TaskKind};
@@ -18,7 +21,7 @@ use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 fn file_stem(i: usize, name: &str) -> String {
@@ -56,7 +59,7 @@ pub(super) async fn run(
         report.graded = Graded::fail(format!("cannot write the inputs file: {e}"), None);
         return report;
     }
-    let mut env: Vec<(String, String)> = vec![
+    let mut contract: Vec<(String, String)> = vec![
         ("CRUCIBLE_TASK".into(), task.name.clone()),
         (
             "CRUCIBLE_INPUTS_FILE".into(),
@@ -64,9 +67,10 @@ pub(super) async fn run(
         ),
     ];
     if inputs_text.len() <= crucible_plan::ceilings::INPUTS_ENV_MAX {
-        env.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
+        contract.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
     }
-    let command = if task.kind == TaskKind::Agent {
+    let mut env = taskenv::for_task(&contract);
+    let agent = if task.kind == TaskKind::Agent {
         let prompt = match crucible_agent::assemble_prompt(&PromptParts {
             goal: ctx.goal.as_deref(),
             task: &task.name,
@@ -91,17 +95,16 @@ pub(super) async fn run(
                 .or(ctx.default_model.as_ref())
                 .cloned(),
             effort: task.effort.clone().or_else(|| ctx.default_effort.clone()),
-            session: task.session.as_ref().map(|s| format!("{}-{s}", ctx.run_id)),
         };
+        let session = task.session.as_ref().map(|name| Session {
+            name: name.clone(),
+            id: format!("{}-{name}", ctx.run_id),
+        });
         env.extend(ctx.agent_env.iter().cloned());
-        env.extend(crucible_agent::command_env(&prompt, &settings));
-        env.push((
-            "CRUCIBLE_PROMPT_FILE".into(),
-            prompt_file.to_string_lossy().into_owned(),
-        ));
-        ctx.agent_cmd.clone().expect("admission requires a backend")
+        let harness = ctx.harness.clone().expect("admission requires a backend");
+        Some((harness, prompt, prompt_file, settings, session))
     } else {
-        task.run.clone().expect("admission requires run")
+        None
     };
     let spends = task.can_spend();
     loop {
@@ -139,37 +142,92 @@ pub(super) async fn run(
                 break;
             }
         };
-        if task.kind == TaskKind::Agent {
-            crucible_agent::clear_result(&cwd);
-        }
         let deadline = deadline_of(ctx, task);
-        let finished = proc::run(&command, &cwd, &env, deadline, abort.clone()).await;
-        let f = match finished {
-            Err(e) => {
-                report.transport = Some(e.to_string());
-                report.graded = Graded {
-                    status: Status::Transport,
-                    note: Some(format!("could not start the attempt: {e}")),
-                    output: None,
-                };
-                let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
-                    && *abort.borrow() == Abort::None
-                    && !(spends && ctx.spend_blocked.load(Ordering::SeqCst));
-                cleanup(ctx, task, &cwd).await;
-                if retry {
-                    continue;
+        // The conversation this attempt continues, once its turn has one.
+        let mut conversation = None;
+        let transport = match &agent {
+            None => {
+                let spawn = Spawn::shell(
+                    task.run.as_deref().expect("admission requires run"),
+                    &cwd,
+                    env.clone(),
+                );
+                match proc::run(&spawn, deadline, abort.clone(), None).await {
+                    Err(e) => Some(TurnError::Spawn(e)),
+                    Ok(f) => {
+                        report.graded = graded_turn(ctx, task, f, &mut report);
+                        None
+                    }
                 }
+            }
+            Some((harness, prompt, prompt_file, settings, session)) => {
+                let resume = session
+                    .as_ref()
+                    .and_then(|s| ctx.sessions.lock().expect("sessions").get(&s.name).cloned());
+                let turn = Turn {
+                    task: &task.name,
+                    prompt,
+                    prompt_file,
+                    cwd: &cwd,
+                    env: &env,
+                    settings,
+                    session: session.as_ref(),
+                    resume: resume.as_deref(),
+                    repair: None,
+                };
+                match agent_turn(
+                    ctx,
+                    task,
+                    harness.as_ref(),
+                    &turn,
+                    deadline,
+                    &abort,
+                    &mut report,
+                )
+                .await
+                {
+                    Err(e) => Some(e),
+                    Ok(id) => {
+                        conversation = id;
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(e) = transport {
+            let note = match e {
+                TurnError::Spawn(e) => {
+                    report.transport = Some(e.to_string());
+                    format!("could not start the attempt: {e}")
+                }
+                TurnError::Transport(cause) => {
+                    report.transport = Some(cause.clone());
+                    cause
+                }
+            };
+            report.graded = Graded {
+                status: Status::Transport,
+                note: Some(note),
+                output: None,
+            };
+            let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
+                && *abort.borrow() == Abort::None
+                && !(spends && ctx.spend_blocked.load(Ordering::SeqCst));
+            cleanup(ctx, task, &cwd).await;
+            if retry {
+                continue;
+            }
+            break;
+        }
+        report.transport = None;
+        // Repair turns (agent only): a passing turn whose result misses a declared field or file,
+        // or breaks its type or schema, resumes its conversation with the masked notes and is
+        // checked again, within the attempt's deadline. Not a retry: `attempts` is unchanged.
+        let mut round = 0;
+        while let Some((harness, _, _, settings, session)) = &agent {
+            if report.graded.status != Status::Pass || round == task.repair {
                 break;
             }
-            Ok(f) => f,
-        };
-        report.transport = None;
-        report.graded = graded_turn(ctx, task, f, &cwd, &mut report);
-        // Repair turns (agent only): a passing turn whose result misses a declared field or file,
-        // or breaks its type or schema, is resumed with the masked notes and checked again,
-        // within the attempt's deadline. Not a retry: `attempts` is unchanged.
-        let mut round = 0;
-        while report.graded.status == Status::Pass && round < task.repair {
             let notes = contract_notes(task, &cwd, report.graded.output.as_ref()).await;
             if notes.is_empty() {
                 break;
@@ -182,27 +240,40 @@ pub(super) async fn run(
                 .join("inputs")
                 .join(format!("{stem}.repair-{round}.prompt.md"));
             let _ = std::fs::write(&file, &prompt);
-            let mut turn_env: Vec<(String, String)> = env
-                .iter()
-                .filter(|(k, _)| k != "CRUCIBLE_PROMPT" && k != "CRUCIBLE_PROMPT_FILE")
-                .cloned()
-                .collect();
-            turn_env.extend(crucible_agent::command_env(
-                &prompt,
-                &TurnSettings::default(),
-            ));
-            turn_env.push((
-                "CRUCIBLE_PROMPT_FILE".into(),
-                file.to_string_lossy().into_owned(),
-            ));
-            turn_env.push(("CRUCIBLE_REPAIR".into(), format!("{round}/{}", task.repair)));
-            crucible_agent::clear_result(&cwd);
-            report.graded = match proc::run(&command, &cwd, &turn_env, deadline, abort.clone())
-                .await
-            {
-                Err(e) => Graded::fail(format!("repair turn {round} could not start: {e}"), None),
-                Ok(f) => graded_turn(ctx, task, f, &cwd, &mut report),
+            let turn = Turn {
+                task: &task.name,
+                prompt: &prompt,
+                prompt_file: &file,
+                cwd: &cwd,
+                env: &env,
+                settings,
+                session: session.as_ref(),
+                resume: conversation.as_deref(),
+                repair: Some((round, task.repair)),
             };
+            let ran = agent_turn(
+                ctx,
+                task,
+                harness.as_ref(),
+                &turn,
+                deadline,
+                &abort,
+                &mut report,
+            )
+            .await;
+            match ran {
+                Err(TurnError::Spawn(e)) => {
+                    report.graded =
+                        Graded::fail(format!("repair turn {round} could not start: {e}"), None)
+                }
+                Err(TurnError::Transport(cause)) => {
+                    report.graded = Graded::fail(
+                        format!("repair turn {round} failed in transport: {cause}"),
+                        None,
+                    )
+                }
+                Ok(id) => conversation = id.or(conversation),
+            }
             report.repairs.push(Repair {
                 label: format!("{} repair {round}/{}", task.name, task.repair),
                 round,
@@ -413,18 +484,72 @@ fn route_state(task: &Task, inputs: Value, sets: &[StagedSet]) -> Result<Value, 
     Ok(Value::Object(state))
 }
 
-/// Grades one turn that ran: stopped, past a deadline, or exited on its own.
-fn graded_turn(
-    ctx: &Ctx,
-    task: &Task,
-    f: proc::Finished,
-    cwd: &std::path::Path,
-    report: &mut Report,
-) -> Graded {
+/// Grades a command or evaluate attempt that ran: stopped, past a deadline, or exited on its own.
+fn graded_turn(ctx: &Ctx, task: &Task, f: proc::Finished, report: &mut Report) -> Graded {
     match f.ended {
-        Ended::Exited(status) => grade(task, status.code(), &f.stdout, &f.stderr, cwd, report),
+        Ended::Exited(status) => taskio::grade_exit(task, status.code(), &f.stdout, &f.stderr),
         cut => cut_short(ctx, task, cut, report),
     }
+}
+
+/// Why an agent turn is a transport failure of its attempt.
+enum TurnError {
+    /// Its process could not be started.
+    Spawn(std::io::Error),
+    /// Its harness, stream or model API failed.
+    Transport(String),
+}
+
+/// Runs one agent turn through its harness, reading its stream as it arrives, and grades it
+/// into `report` (its spend counted, also when it was cut short). Returns the conversation the
+/// turn is part of, recorded as its session's when it has one.
+async fn agent_turn(
+    ctx: &Ctx,
+    task: &Task,
+    harness: &dyn Harness,
+    turn: &Turn<'_>,
+    deadline: Deadline,
+    abort: &watch::Receiver<Abort>,
+    report: &mut Report,
+) -> Result<Option<String>, TurnError> {
+    crucible_agent::clear_result(turn.cwd);
+    let spawn = harness.spawn(turn);
+    let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let mut progress = Progress::default();
+    let read = async {
+        while let Some(line) = rx.recv().await {
+            harness.read_line(&line, &mut progress);
+        }
+    };
+    let (ran, ()) = tokio::join!(
+        proc::run(&spawn, deadline, abort.clone(), Some(lines)),
+        read
+    );
+    let f = ran.map_err(TurnError::Spawn)?;
+    let conversation = match f.ended {
+        Ended::Exited(status) => {
+            let outcome = harness.finish(turn, progress, status.code());
+            report.cost_usd += outcome.spent_usd;
+            if let Some(cause) = outcome.transport {
+                return Err(TurnError::Transport(cause));
+            }
+            report.graded = grade_agent(status.code(), &f.stderr, outcome.result);
+            outcome.session_id
+        }
+        cut => {
+            // What streamed in before the cut was spent all the same.
+            report.cost_usd += progress.spent_usd;
+            report.graded = cut_short(ctx, task, cut, report);
+            progress.session_id
+        }
+    };
+    if let (Some(session), Some(id)) = (turn.session, &conversation) {
+        ctx.sessions
+            .lock()
+            .expect("sessions")
+            .insert(session.name.clone(), id.clone());
+    }
+    Ok(conversation)
 }
 
 /// The failure of an attempt that did not end on its own: an operator stop, the run's
@@ -477,23 +602,12 @@ async fn contract_notes(task: &Task, cwd: &std::path::Path, output: Option<&Valu
     notes
 }
 
-/// Grades an attempt that exited on its own.
-fn grade(
-    task: &Task,
+/// Grades an agent turn that exited on its own with `code`, from its result file.
+fn grade_agent(
     code: Option<i32>,
-    stdout: &[u8],
     stderr: &[u8],
-    cwd: &std::path::Path,
-    report: &mut Report,
+    result: Result<crucible_agent::TurnResult, crucible_agent::AgentError>,
 ) -> Graded {
-    if task.kind != TaskKind::Agent {
-        return taskio::grade_exit(task, code, stdout, stderr);
-    }
-    let result = crucible_agent::take_result(&task.name, cwd);
-    if let Ok(r) = &result {
-        // Summed over the attempt's turns: its first and any repair turns.
-        report.cost_usd += r.cost_usd;
-    }
     let output = result.as_ref().ok().map(|r| r.output.clone());
     if code != Some(0) {
         let status = code.map_or("killed by a signal".to_string(), |c| format!("exit {c}"));
