@@ -8,6 +8,7 @@ mod agent;
 mod asks;
 mod budget;
 mod caps;
+mod compile_bombs;
 mod example_branching;
 mod examples;
 mod fanout;

@@ -66,7 +66,7 @@ pub(crate) fn manifest_plan(
         .as_ref()
         .expect("workflow_type checked it");
     if let Some(file) = &wf.file {
-        return Ok(crucible_dsl::compile(&CompileRequest {
+        return Ok(crate::bounded::compile(&CompileRequest {
             pack_root: m.dir.clone(),
             file: file.clone(),
             params: params.to_vec(),
@@ -136,7 +136,7 @@ pub fn compile(a: &CompileArgs) -> Result<ExitCode> {
         history_record: wf_field(&loaded, |w| w.history_record.clone()),
         limits: Limits::default(),
     };
-    match crucible_dsl::compile(&req) {
+    match crate::bounded::compile(&req) {
         Err(d) => Ok(report(&d)),
         Ok(c) => {
             match a.format {
@@ -342,7 +342,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         }
         (None, Some(f)) => {
             let (root, file) = locate(f, None)?;
-            crucible_dsl::compile(&CompileRequest {
+            crate::bounded::compile(&CompileRequest {
                 pack_root: root,
                 file,
                 params: a.params.clone(),

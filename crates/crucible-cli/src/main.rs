@@ -6,6 +6,7 @@
 //! when clean and 1 on findings; a bad command line exits 2 (clap's own code).
 
 mod args;
+mod bounded;
 mod compile;
 mod run;
 

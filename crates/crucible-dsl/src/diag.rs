@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// One compile error, rendered rustc-style.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Diagnostic {
     /// The source file, relative to the pack root (or `--param` for a launch value).
     pub file: String,
@@ -38,7 +38,7 @@ impl fmt::Display for Diagnostic {
 }
 
 /// Every error one compile found, in source order.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl fmt::Display for Diagnostics {

@@ -7,6 +7,7 @@
 mod builtins;
 mod ctx;
 pub mod diag;
+mod nesting;
 pub mod params;
 pub mod settings;
 mod values;
@@ -42,6 +43,12 @@ pub struct Limits {
     pub max_eval_steps: u64,
     /// Largest rendered prompt, in bytes.
     pub max_prompt_bytes: u64,
+    /// Deepest nesting of brackets, operators and blocks a source may hold (see `nesting`).
+    pub max_nesting: usize,
+    /// Most memory one compile may use, in bytes. The compiler cannot bound one evaluation
+    /// step's allocation from inside, so whoever runs the compile enforces it: the CLI runs
+    /// every compile in a child process under this limit (`RLIMIT_DATA`).
+    pub max_eval_memory: u64,
 }
 
 impl Default for Limits {
@@ -52,6 +59,8 @@ impl Default for Limits {
             max_tasks: 5_000,
             max_eval_steps: 10_000_000,
             max_prompt_bytes: 256 * 1024,
+            max_nesting: 200,
+            max_eval_memory: 512 * 1024 * 1024,
         }
     }
 }
@@ -85,6 +94,16 @@ impl Limits {
                 self.max_prompt_bytes.to_string(),
                 "largest rendered prompt",
             ),
+            (
+                "max_nesting",
+                self.max_nesting.to_string(),
+                "deepest nesting of brackets, operators and blocks in a source",
+            ),
+            (
+                "max_eval_memory",
+                self.max_eval_memory.to_string(),
+                "most memory one compile may use, in bytes",
+            ),
         ]
     }
 }
@@ -111,14 +130,14 @@ pub struct CompileRequest {
 }
 
 /// A compiled plan with the launch settings that are not task fields.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Compiled {
     pub plan: Plan,
     /// `repo.ref` from the launch, when supplied and allowed.
     pub repo_ref: Option<String>,
 }
 
-fn dialect() -> Dialect {
+pub(crate) fn dialect() -> Dialect {
     Dialect {
         enable_def: true,
         enable_lambda: true,
@@ -183,6 +202,28 @@ fn parse_source(
             "store the source as UTF-8",
         )
     })?;
+    if let Some((offset, depth)) = nesting::too_deep(file, &text, &dialect(), limits.max_nesting) {
+        let (line, col) = nesting::line_col(&text, offset);
+        return Err(Diagnostics::from(Diagnostic {
+            file: file.to_string(),
+            line,
+            col,
+            rule: rules::LIMIT.to_string(),
+            message: format!(
+                "nesting {depth} deep passes the limit max_nesting = {}",
+                limits.max_nesting
+            ),
+            fix: "flatten the expression: name intermediate values, or build lists in a loop"
+                .to_string(),
+            // A bomb is often one enormous line: quote it only when it is short.
+            source_line: text
+                .lines()
+                .nth(line - 1)
+                .filter(|l| l.len() <= 240)
+                .map(str::to_string),
+            did_you_mean: None,
+        }));
+    }
     let ast = AstModule::parse(file, text.clone(), &dialect()).map_err(|e| {
         Diagnostics::from(starlark_diag(
             &e,

@@ -43,6 +43,13 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
     if max_secs == 0 {
         return refuse("--max-time must be at least 1s".into());
     }
+    // A resumed run's ceiling comes from its log, not the parser: bound it here too.
+    if max_secs > crucible_plan::duration::MAX_SECS {
+        return refuse(format!(
+            "--max-time {max_secs}s is longer than the longest duration, {}",
+            crucible_plan::duration::format(crucible_plan::duration::MAX_SECS)
+        ));
+    }
     if plan.workflow_type != WorkflowType::Playbook {
         return refuse(format!(
             "this engine runs playbooks only; the plan's type is {}",

@@ -1,6 +1,11 @@
 //! Durations as the DSL and CLI write them: `90s`, `10m`, `2h` (RFC-0001 notes §4).
 
-/// Parses `<positive integer><s|m|h>` into seconds.
+/// The longest duration anything accepts: one year. Deadlines are instants computed by adding a
+/// duration to now, so an unbounded one (`18446744073709551615s`) would overflow the clock
+/// (issue 11 item 5); no run, ceiling or timeout needs more.
+pub const MAX_SECS: u64 = 365 * 24 * 3600;
+
+/// Parses `<positive integer><s|m|h>` into seconds, at most [`MAX_SECS`].
 pub fn parse(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let (digits, unit) = text.split_at(
@@ -16,6 +21,12 @@ pub fn parse(text: &str) -> Result<u64, String> {
         "h" => n.saturating_mul(3600),
         _ => return Err(format!("`{text}` has no unit: write 90s, 10m or 2h")),
     };
+    if secs > MAX_SECS {
+        return Err(format!(
+            "`{text}` is longer than the longest duration, {}",
+            format(MAX_SECS)
+        ));
+    }
     if secs == 0 {
         return Err(format!(
             "`{text}` is not positive: a duration must be at least 1s"
@@ -46,6 +57,10 @@ mod tests {
         assert!(super::parse("10").is_err());
         assert!(super::parse("1d").is_err());
         assert!(super::parse("-5s").is_err());
+        assert!(super::parse("18446744073709551615s").is_err());
+        assert!(super::parse("99999999999999999999h").is_err());
+        assert_eq!(super::parse("8760h"), Ok(super::MAX_SECS));
+        assert!(super::parse("8761h").is_err());
         assert_eq!(super::format(7200), "2h");
         assert_eq!(super::format(90), "90s");
     }

@@ -876,6 +876,18 @@ impl<'a> Validator<'a> {
                 "write a positive duration such as 90s, 10m or 2h",
             );
         }
+        if secs > crate::duration::MAX_SECS {
+            self.terr(
+                t,
+                "timeout",
+                rules::TIMEOUT,
+                format!(
+                    "timeout is longer than the longest duration, {}",
+                    crate::duration::format(crate::duration::MAX_SECS)
+                ),
+                "write a duration of at most 8760h",
+            );
+        }
         // A route's timeout is checked with its decider (human routes only).
         if !matches!(
             t.kind,
