@@ -70,3 +70,50 @@ fn advisory_unrunnable_task_is_skipped_with_its_dependents() {
     assert_eq!(p.row("wrap")["status"], "pass");
     assert_eq!(p.shutdown()["verdict"], "valid");
 }
+
+// RFC-0002:C-PLAYBOOK-CAPS: `plan show` predicts the skips `plan run` settles, from the same
+// verdict: a `passed` join over a skipped advisory task and a passing one runs, an `all` join
+// is skipped with it.
+#[test]
+fn plan_show_predicts_the_skips_plan_run_settles() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}{}",
+        command("a", "echo '{}'", ""),
+        command("gpu", "echo '{}'", "needs = \"gpu\"\nrequired = false"),
+        command(
+            "c",
+            "echo '{}'",
+            "depends_on = [\"a\", \"gpu\"]\njoin = \"passed\""
+        ),
+        command("d", "echo '{}'", "depends_on = [\"gpu\"]\nrequired = false")
+    ));
+    let manifest = p
+        .path()
+        .join("crucible.toml")
+        .to_string_lossy()
+        .into_owned();
+    let show = p
+        .command(&["plan".into(), "show".into(), "--manifest".into(), manifest])
+        .run();
+    assert_eq!(show.code, 0, "{show:?}");
+    let skipped: Vec<&str> = show
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("skipped: "))
+        .collect();
+    assert_eq!(
+        skipped,
+        vec![
+            "skipped: gpu: needs `gpu`, which this run does not provide",
+            "skipped: d: skipped with `gpu`, whose capability is unavailable",
+        ]
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.row("c")["status"], "pass");
+    for line in skipped {
+        let (task, note) = line["skipped: ".len()..].split_once(": ").unwrap();
+        assert_eq!(p.row(task)["status"], "skipped");
+        assert_eq!(p.row(task)["note"], note);
+    }
+}

@@ -35,7 +35,7 @@ workflow([w, g, ship, hold, note, after, sweep])
     write(
         d.path(),
         "crucible.toml",
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nmodel = \"m0\"\n[agent.env]\nAPI_KEY = \"sk-secret-value\"\n[agent.overrides]\nmodel = true\n",
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"cat\"\nmodel = \"m0\"\n[agent.env]\nAPI_KEY = \"sk-secret-value\"\n[agent.overrides]\nmodel = true\n",
     );
     d
 }
@@ -115,29 +115,54 @@ fn plan_params_prints_a_schema_without_evaluating() {
         .stdout(predicate::str::contains("\"required\": [\n    \"n\"\n  ]"));
 }
 
-// RFC-0002:C-PLAYBOOK-CAPS — the truncation verdict before any spend.
+// RFC-0002:C-PLAYBOOK-CAPS — the truncation verdict before any spend, in the words the run's
+// rows use; admission's refusals where the run would refuse.
 #[test]
 fn plan_show_prints_the_truncation_verdict() {
     let d = pack();
     let file = d.path().join("workflow.star");
+    crucible()
+        .args(["plan", "show", "--agent-cmd", "cat", "--file"])
+        .arg(&file)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("timeout write: 10m"))
+        .stdout(predicate::str::contains(
+            "skipped: note: needs `gpu`, which this run does not provide\n",
+        ))
+        .stdout(predicate::str::contains(
+            "skipped: after: skipped with `note`, whose capability is unavailable\n",
+        ))
+        .stdout(predicate::str::contains("skipped: sweep").not())
+        .stdout(predicate::str::contains(
+            "verdict: TRUNCATED — gate needs human",
+        ));
+    // Without a manifest or --agent-cmd, agent tasks have no backend: the run would refuse.
     crucible()
         .args(["plan", "show", "--file"])
         .arg(&file)
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
-            "verdict: TRUNCATED — gate needs human",
+            "refused: the plan has agent tasks but no agent backend",
         ));
+    // With `human` the route would dispatch to a person, which this engine does not do.
     crucible()
-        .args(["plan", "show", "--cap", "human", "--file"])
+        .args([
+            "plan",
+            "show",
+            "--cap",
+            "human",
+            "--agent-cmd",
+            "cat",
+            "--file",
+        ])
         .arg(&file)
         .assert()
-        .success()
+        .code(1)
         .stdout(predicate::str::contains(
-            "skipped: note needs gpu (advisory), with after\n",
-        ))
-        .stdout(predicate::str::contains("timeout write: 10m"))
-        .stdout(predicate::str::contains("verdict: runnable"));
+            "refused: route `gate` is decided by a person, which this engine does not run yet",
+        ));
     crucible()
         .args(["plan", "show", "--mermaid", "--file"])
         .arg(&file)
@@ -151,8 +176,9 @@ fn plan_show_prints_the_truncation_verdict() {
 #[test]
 fn check_prints_bounds_and_env_names_only() {
     let d = pack();
+    // Without --cap the verdict is information, not a finding.
     crucible()
-        .args(["check", "--cap", "human", "--manifest"])
+        .args(["check", "--manifest"])
         .arg(d.path().join("crucible.toml"))
         .assert()
         .success()
@@ -162,23 +188,27 @@ fn check_prints_bounds_and_env_names_only() {
         ))
         .stdout(predicate::str::contains("[agent].env names: API_KEY"))
         .stdout(predicate::str::contains("sk-secret-value").not())
-        .stdout(predicate::str::contains("capabilities needed: gpu, human"))
-        .stdout(predicate::str::contains("check: ok"));
-    // Without --cap the verdict is information, not a finding.
-    crucible()
-        .args(["check", "--manifest"])
-        .arg(d.path().join("crucible.toml"))
-        .assert()
-        .success()
         .stdout(predicate::str::contains(
-            "verdict: TRUNCATED — gate needs human (with no --cap given",
-        ));
+            "capabilities:\n  needed: gpu, human\n  given: none\n  skipped: note:",
+        ))
+        .stdout(predicate::str::contains(
+            "  verdict: TRUNCATED — gate needs human (with no --cap given",
+        ))
+        .stdout(predicate::str::contains("check: ok"));
     crucible()
         .args(["check", "--cap", "gpu", "--manifest"])
         .arg(d.path().join("crucible.toml"))
         .assert()
         .code(1)
         .stdout(predicate::str::contains("check: 1 finding(s)"));
+    crucible()
+        .args(["check", "--cap", "human", "--manifest"])
+        .arg(d.path().join("crucible.toml"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "error[admission]: route `gate` is decided by a person",
+        ));
     write(
         d.path(),
         "bad/crucible.toml",
@@ -198,19 +228,19 @@ fn check_prints_bounds_and_env_names_only() {
 fn check_discloses_the_decision_model_and_refuses_a_bad_binding() {
     let d = pack();
     let binding = r#"{"version": 1, "bindings": [{"role": "decision", "protocol": "system_one", "url": "https://s1.example/v1/systemone", "model": "s1-small", "key_env": "S1_KEY"}]}"#;
+    // The binding gives `decision`, so the human gate's truncation is a finding here.
     crucible()
-        .args(["check", "--cap", "human", "--manifest"])
+        .args(["check", "--manifest"])
         .arg(d.path().join("crucible.toml"))
         .env("CRUCIBLE_INFERENCE", binding)
         .env("S1_KEY", "sk-decision-secret")
         .assert()
-        .success()
         .stdout(predicate::str::contains(
             "decision model: s1-small at https://s1.example/v1/systemone (key from $S1_KEY)",
         ))
         .stdout(predicate::str::contains("sk-decision-secret").not());
     crucible()
-        .args(["check", "--cap", "human", "--manifest"])
+        .args(["check", "--manifest"])
         .arg(d.path().join("crucible.toml"))
         .env(
             "CRUCIBLE_INFERENCE",

@@ -4,6 +4,7 @@
 mod http_double;
 mod support;
 
+mod admission;
 mod agent;
 mod asks;
 mod budget;

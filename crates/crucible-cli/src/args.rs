@@ -62,6 +62,9 @@ pub struct CheckArgs {
     /// The run-total bound on captured declared files to report (as for `plan run`).
     #[arg(long = "max-files-bytes", value_name = "SIZE")]
     pub max_files_bytes: Option<String>,
+    /// The agent stand-in `plan run --agent-cmd` would be given (admission reads it).
+    #[arg(long = "agent-cmd")]
+    pub agent_cmd: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -100,6 +103,9 @@ pub struct ShowArgs {
     pub params: Vec<String>,
     #[arg(long = "cap", value_name = "CAP")]
     pub caps: Vec<String>,
+    /// The agent stand-in `plan run --agent-cmd` would be given (admission reads it).
+    #[arg(long = "agent-cmd")]
+    pub agent_cmd: Option<String>,
     /// Print mermaid source instead of the table.
     #[arg(long)]
     pub mermaid: bool,

@@ -5,11 +5,12 @@ use crate::args::{CheckArgs, CompileArgs, DigestArgs, Format, ParamsArgs, ShowAr
 use anyhow::{anyhow, Context, Result};
 use crucible_dsl::{CompileRequest, Compiled, Diagnostics, Limits};
 use crucible_engine::files;
+use crucible_engine::{admission, Substrate};
 use crucible_pack::files::{pack_files, tree1_of};
 use crucible_pack::manifest::{self, LoadedManifest};
 use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::vocab::ceilings;
-use crucible_plan::{canonical, duration, render, validate, Plan};
+use crucible_plan::{canonical, duration, render, validate, Plan, ValidatedPlan};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,11 +55,28 @@ fn report(d: &Diagnostics) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// A compiled plan that passed validation, and the launch's `repo.ref`.
+pub(crate) struct Loaded {
+    pub plan: ValidatedPlan,
+    pub repo_ref: Option<String>,
+}
+
+/// The validated plan of a compiled one; validation already passed inside the compiler, so a
+/// problem here is reported as the compiler's own would be.
+fn validated(c: Compiled) -> Result<Loaded> {
+    let Compiled { plan, repo_ref } = c;
+    let plan = ValidatedPlan::new(plan).map_err(|problems| {
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        anyhow!("{}", lines.join("\n"))
+    })?;
+    Ok(Loaded { plan, repo_ref })
+}
+
 /// The graph a manifest names: `[workflow].file` compiled, or the inline tables validated.
 pub(crate) fn manifest_plan(
     m: &LoadedManifest,
     params: &[String],
-) -> Result<Result<Compiled, Diagnostics>> {
+) -> Result<Result<Loaded, Diagnostics>> {
     let ty = m.workflow_type().map_err(|e| anyhow!("{e}"))?;
     let wf = m
         .manifest
@@ -66,7 +84,7 @@ pub(crate) fn manifest_plan(
         .as_ref()
         .expect("workflow_type checked it");
     if let Some(file) = &wf.file {
-        return Ok(crate::bounded::compile(&CompileRequest {
+        return match crate::bounded::compile(&CompileRequest {
             pack_root: m.dir.clone(),
             file: file.clone(),
             params: params.to_vec(),
@@ -75,7 +93,10 @@ pub(crate) fn manifest_plan(
             result: wf.result.clone(),
             history_record: wf.history_record.clone(),
             limits: Limits::default(),
-        }));
+        }) {
+            Ok(c) => validated(c).map(Ok),
+            Err(d) => Ok(Err(d)),
+        };
     }
     let mut plan = m
         .inline_plan()
@@ -89,10 +110,10 @@ pub(crate) fn manifest_plan(
     let problems = validate::validate(&plan);
     if problems.is_empty() {
         let agent = &m.manifest.agent;
-        return Ok(
-            crucible_dsl::apply_launch_settings(&mut plan, params, Some(agent))
-                .map(|repo_ref| Compiled { plan, repo_ref }),
-        );
+        return match crucible_dsl::apply_launch_settings(&mut plan, params, Some(agent)) {
+            Ok(repo_ref) => validated(Compiled { plan, repo_ref }).map(Ok),
+            Err(d) => Ok(Err(d)),
+        };
     }
     for p in &problems {
         eprintln!("{}", escape(&format!("{}: {p}", m.path.display())));
@@ -156,52 +177,6 @@ pub fn params(a: &ParamsArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// The truncation verdict (RFC-0002:C-PLAYBOOK-CAPS): a required task needing a missing
-/// capability truncates the plan; an advisory one is skipped with its dependents.
-pub fn verdict(plan: &Plan, caps: &[String]) -> (Option<String>, Vec<String>) {
-    let missing = |needs: &str| needs != "any" && !caps.iter().any(|c| c == needs);
-    let mut skipped = Vec::new();
-    for t in &plan.tasks {
-        if !missing(&t.needs) {
-            continue;
-        }
-        if t.required {
-            return (
-                Some(format!("verdict: TRUNCATED — {} needs {}", t.name, t.needs)),
-                Vec::new(),
-            );
-        }
-        let mut below: BTreeSet<&str> = BTreeSet::from([t.name.as_str()]);
-        // Dependents in any order: repeat until no new one appears.
-        loop {
-            let before = below.len();
-            for d in &plan.tasks {
-                // A settled join runs whatever its dependencies settled as (RFC-0002:C-SETTLED-JOIN).
-                if d.join != crucible_plan::Join::Settled
-                    && d.depends_on.iter().any(|x| below.contains(x.as_str()))
-                {
-                    below.insert(d.name.as_str());
-                }
-            }
-            if below.len() == before {
-                break;
-            }
-        }
-        let dependents: Vec<&str> = below.into_iter().filter(|n| *n != t.name).collect();
-        skipped.push(format!(
-            "skipped: {} needs {} (advisory), with {}",
-            t.name,
-            t.needs,
-            if dependents.is_empty() {
-                "no dependents".to_string()
-            } else {
-                dependents.join(", ")
-            }
-        ));
-    }
-    (None, skipped)
 }
 
 fn print_table(plan: &Plan) {
@@ -335,19 +310,32 @@ fn print_deadlines(plan: &Plan) {
 }
 
 pub fn show(a: &ShowArgs) -> Result<ExitCode> {
-    let compiled = match (&a.manifest, &a.file) {
+    let (manifest, compiled) = match (&a.manifest, &a.file) {
         (Some(m), _) => {
             let m = manifest::load(m).map_err(|e| anyhow!("{e}"))?;
-            manifest_plan(&m, &a.params)?
+            let compiled = manifest_plan(&m, &a.params)?;
+            (m, compiled)
         }
         (None, Some(f)) => {
             let (root, file) = locate(f, None)?;
-            crate::bounded::compile(&CompileRequest {
-                pack_root: root,
+            let compiled = crate::bounded::compile(&CompileRequest {
+                pack_root: root.clone(),
                 file,
                 params: a.params.clone(),
                 ..Default::default()
-            })
+            });
+            // No manifest: the prediction is for a pack whose manifest sets nothing.
+            let m = LoadedManifest {
+                manifest: Default::default(),
+                path: root.join("crucible.toml"),
+                dir: root,
+                variant: String::new(),
+            };
+            let compiled = match compiled {
+                Ok(c) => Ok(validated(c)?),
+                Err(d) => Err(d),
+            };
+            (m, compiled)
         }
         (None, None) => unreachable!("clap requires one of --manifest and --file"),
     };
@@ -363,18 +351,31 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     print_deadlines(&plan);
     // A malformed binding is check's and run's to report; here it only adds no capability.
     let inference = crate::run::inference_bindings().unwrap_or_default();
-    let (truncated, skipped) = verdict(&plan, &crate::run::substrate_caps(&a.caps, &inference));
-    for s in &skipped {
-        println!("{s}");
+    let caps = crate::run::substrate_caps(&a.caps, &inference);
+    let sub = Substrate {
+        caps: &caps,
+        inference: &inference,
+        agent_cmd: a.agent_cmd.as_deref(),
+    };
+    for n in manifest.not_applied() {
+        println!("not applied: {}", escape(&n));
     }
-    match truncated {
-        Some(v) => {
-            println!("{v}");
+    match admission(&plan, &manifest, sub) {
+        Err(reasons) => {
+            for r in reasons {
+                println!("refused: {}", escape(&r));
+            }
             Ok(ExitCode::from(1))
         }
-        None => {
-            println!("verdict: runnable");
-            Ok(ExitCode::SUCCESS)
+        Ok(adm) => {
+            for line in adm.caps.lines(&plan) {
+                println!("{line}");
+            }
+            Ok(if adm.caps.truncating.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
     }
 }
@@ -415,16 +416,6 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
     }
     let agent = &m.manifest.agent;
-    if let Some(goal_file) = &agent.goal_file {
-        let dir = crucible_pack::files::PackDir::open(&m.dir)?;
-        if let Err(e) = dir.read(goal_file, Limits::default().max_file_bytes) {
-            eprintln!(
-                "error[RFC-0001:C-MANIFEST]: [agent].goal_file {}",
-                escape(&e.to_string())
-            );
-            findings += 1;
-        }
-    }
     println!("dsl limits:");
     for (name, value, what) in Limits::default().describe() {
         println!("  {name} = {value}  ({what})");
@@ -442,6 +433,9 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
         Ok(Ok(c)) => Some(c.plan),
     };
+    for n in m.not_applied() {
+        println!("not applied: {}", escape(&n));
+    }
     if let Some(plan) = &plan {
         println!(
             "graph: {} tasks, type {}",
@@ -449,18 +443,6 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             plan.workflow_type
         );
         print_deadlines(plan);
-        let needed: BTreeSet<&str> = plan
-            .tasks
-            .iter()
-            .map(|t| t.needs.as_str())
-            .filter(|n| *n != "any")
-            .collect();
-        if !needed.is_empty() {
-            println!(
-                "capabilities needed: {}",
-                needed.into_iter().collect::<Vec<_>>().join(", ")
-            );
-        }
         match files_bound(a.max_files_bytes.as_deref()) {
             Ok(bound) => println!(
                 "  captured files: at most {bound} bytes per run (--{} or {})",
@@ -474,21 +456,52 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
         let inference = crate::run::inference_bindings().unwrap_or_default();
         let caps = crate::run::substrate_caps(&a.caps, &inference);
-        let (truncated, skipped) = verdict(plan, &caps);
-        for s in &skipped {
-            println!("{s}");
-        }
-        match truncated {
-            // Without --cap (or a binding) the substrate is unknown: the verdict is shown, not
-            // held against the pack.
-            Some(v) if caps.is_empty() => {
-                println!("{v} (with no --cap given; pass the substrate's capabilities to check it)")
+        // RFC-0002:C-PLAYBOOK-CAPS: what the plan needs, what the run gives, and the verdict.
+        println!("capabilities:");
+        let needed: BTreeSet<&str> = plan
+            .tasks
+            .iter()
+            .map(|t| t.needs.as_str())
+            .filter(|n| *n != "any")
+            .collect();
+        let list = |items: Vec<&str>| match items.is_empty() {
+            true => "none".to_string(),
+            false => items.join(", "),
+        };
+        println!("  needed: {}", list(needed.into_iter().collect()));
+        println!(
+            "  given: {}",
+            list(caps.iter().map(String::as_str).collect())
+        );
+        let sub = Substrate {
+            caps: &caps,
+            inference: &inference,
+            agent_cmd: a.agent_cmd.as_deref(),
+        };
+        match admission(plan, &m, sub) {
+            Err(reasons) => {
+                // What `plan run` would refuse, in its words.
+                findings += reasons.len();
+                for r in reasons {
+                    eprintln!("error[admission]: {}", escape(&r));
+                }
             }
-            Some(v) => {
-                println!("{v}");
-                findings += 1;
+            Ok(adm) => {
+                let truncated = !adm.caps.truncating.is_empty();
+                for line in adm.caps.lines(plan) {
+                    match line.starts_with("verdict: TRUNCATED") {
+                        // Without --cap (or a binding) the substrate is unknown: the verdict
+                        // is shown, not held against the pack.
+                        true if caps.is_empty() => println!(
+                            "  {line} (with no --cap given; pass the substrate's capabilities to check it)"
+                        ),
+                        _ => println!("  {line}"),
+                    }
+                }
+                if truncated && !caps.is_empty() {
+                    findings += 1;
+                }
             }
-            None => println!("verdict: runnable"),
         }
     }
     println!("egress and credentials:");
@@ -521,15 +534,6 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             eprintln!("error[C-INFERENCE]: {e}");
             findings += 1;
         }
-    }
-    for (name, sb) in &agent.sandbox {
-        let line = format!(
-            "  sandbox {name}: image {}, secrets [{}], endpoints [{}]",
-            sb.image.as_deref().unwrap_or("default"),
-            sb.secrets.join(", "),
-            sb.endpoints.join(", ")
-        );
-        println!("{}", escape(&line));
     }
     let o = &agent.overrides;
     println!(

@@ -55,6 +55,9 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         .with_context(|| format!("{}", args.manifest.display()))?;
     let mut manifest = crucible_pack::load(&manifest_path)?;
     manifest.workflow_type()?;
+    for n in manifest.not_applied() {
+        eprintln!("warning: not applied: {}", escape(&n));
+    }
     let plan = match crate::compile::manifest_plan(&manifest, &args.params)? {
         Ok(compiled) => {
             if let Some(r) = compiled.repo_ref {

@@ -55,7 +55,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_source_bytes: 1024 * 1024,
-            max_file_bytes: 1024 * 1024,
+            max_file_bytes: crucible_pack::files::MAX_FILE_BYTES,
             max_tasks: 5_000,
             max_eval_steps: 10_000_000,
             max_prompt_bytes: 256 * 1024,

@@ -1,27 +1,167 @@
 //! Admission: everything refused before any dispatch (exit 1), and the capability verdict
 //! (RFC-0002:C-PLAYBOOK-CAPS), decided before any spend.
 //!
-//! Full graph validation belongs to `crucible_plan::validate`; this checks only what the engine
-//! needs in order not to misbehave on an odd plan (unknown or cyclic dependencies, stages mixed
-//! across edges) and refuses features this engine does not run yet.
+//! [`admission`] is the one admission function: `check`, `plan show` and `plan run` all call
+//! it, so what `check` refuses is what `plan run` refuses. It reads a [`ValidatedPlan`], so the
+//! compile-time rules (names, dependencies, cycles, stages) are never checked here again; it
+//! refuses what this engine cannot run honestly on this pack and this substrate. [`admit`] adds
+//! what only a launch has: its two ceilings.
 
+use crate::graph::caps::{self, CapVerdict};
 use crate::{RunError, RunRequest};
-use crucible_plan::{Join, Stage, TaskKind, WorkflowType, RESERVED_INPUTS};
-use std::collections::HashMap;
+use crucible_agent::inference::Inference;
+use crucible_pack::LoadedManifest;
+use crucible_plan::{Graph, TaskKind, ValidatedPlan, WorkflowType};
 
+/// What a launch brings to admission besides the pack.
+#[derive(Clone, Copy)]
+pub struct Substrate<'a> {
+    /// The run's capabilities (`--cap`, and `decision` with a decision binding).
+    pub caps: &'a [String],
+    pub inference: &'a Inference,
+    /// `--agent-cmd`: overrides `[agent].agent_cmd` and selects the command backend.
+    pub agent_cmd: Option<&'a str>,
+}
+
+/// A plan this engine can run on the substrate.
+#[derive(Debug)]
+pub struct Admission {
+    /// The stand-in command agent turns run, when the plan has agent tasks.
+    pub agent_cmd: Option<String>,
+    pub goal: Option<String>,
+    pub caps: CapVerdict,
+}
+
+/// Everything this engine refuses about running `plan` from `manifest` on `sub`, each reason
+/// once, or what it will run with.
+pub fn admission(
+    plan: &ValidatedPlan,
+    manifest: &LoadedManifest,
+    sub: Substrate,
+) -> Result<Admission, Vec<String>> {
+    let mut refused = manifest.unbuilt();
+    if plan.workflow_type != WorkflowType::Playbook {
+        refused.push(format!(
+            "this engine runs playbooks only; the plan's type is {}",
+            plan.workflow_type
+        ));
+    }
+    if plan.tasks.is_empty() {
+        refused.push("the plan has no tasks".into());
+    }
+    for t in &plan.tasks {
+        if let Err(e) = task_runs(t, sub) {
+            refused.push(e);
+        }
+    }
+    let agent_cmd = match agent_backend(manifest, sub.agent_cmd) {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            refused.push(e);
+            None
+        }
+    };
+    if agent_cmd.is_none() && plan.tasks.iter().any(|t| t.kind == TaskKind::Agent) {
+        refused.push(
+            "the plan has agent tasks but no agent backend: set [agent] backend = \"command\" with agent_cmd, or pass --agent-cmd (harness backends are not built yet)".into(),
+        );
+    }
+    let m = &manifest.manifest.agent;
+    let goal = match (&m.goal, &m.goal_file) {
+        (Some(g), _) => Some(g.clone()),
+        (None, Some(f)) => match read_goal(manifest, f) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                refused.push(format!("[agent].goal_file {e}"));
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    if let Err(e) = crate::git::preflight(manifest) {
+        refused.push(format!("workspace setup: {e}"));
+    }
+    if !refused.is_empty() {
+        return Err(refused);
+    }
+    Ok(Admission {
+        agent_cmd,
+        goal,
+        caps: caps::verdict(plan, sub.caps),
+    })
+}
+
+/// A goal file, read through the pack's confinement and the compiler's file-size bound.
+fn read_goal(manifest: &LoadedManifest, rel: &str) -> Result<String, String> {
+    let dir = crucible_pack::files::PackDir::open(&manifest.dir).map_err(|e| e.to_string())?;
+    let bytes = dir
+        .read(rel, crucible_pack::files::MAX_FILE_BYTES)
+        .map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| format!("{rel}: not UTF-8 text"))
+}
+
+/// The agent backend `[agent].backend` and `--agent-cmd` select: the command agent turns run,
+/// or none when only a harness backend would run them (not built yet).
+fn agent_backend(manifest: &LoadedManifest, flag: Option<&str>) -> Result<Option<String>, String> {
+    let m = &manifest.manifest.agent;
+    match m.backend.as_deref() {
+        // `openshell` is refused with the other unbuilt keys.
+        None | Some("local" | "openshell") => Ok(flag.map(str::to_string)),
+        Some("command") => Ok(flag.map(str::to_string).or_else(|| m.agent_cmd.clone())),
+        Some(other) => Err(format!(
+            "[agent].backend = {other:?} is not a backend: use \"local\" or \"command\""
+        )),
+    }
+}
+
+/// Whether this engine runs task `t` on the substrate: its kind, and what that kind needs.
+fn task_runs(t: &crucible_plan::Task, sub: Substrate) -> Result<(), String> {
+    let n = &t.name;
+    let unsupported = |what: &str| {
+        Err(format!(
+            "task `{n}` uses {what}, which this engine does not run yet"
+        ))
+    };
+    if t.sandbox.is_some() {
+        return unsupported("a sandbox");
+    }
+    match t.kind {
+        TaskKind::Command | TaskKind::Evaluate => {
+            if t.run.as_deref().is_none_or(|r| r.trim().is_empty()) {
+                return Err(format!("{} task `{n}` has no `run` command", t.kind));
+            }
+            Ok(())
+        }
+        TaskKind::Agent => {
+            if t.prompt.as_deref().is_none_or(|p| p.trim().is_empty()) {
+                return Err(format!("agent task `{n}` has no prompt"));
+            }
+            Ok(())
+        }
+        TaskKind::Route => route_runs(t, sub.caps, sub.inference.decision.as_ref()),
+        TaskKind::Report => match t.report.as_ref().map(|r| r.destination.as_str()) {
+            Some("slack") => Ok(()),
+            Some(other) => unsupported(&format!("the report destination `{other}`")),
+            None => Err(format!("report task `{n}` names no destination")),
+        },
+        TaskKind::Engine => Err(format!(
+            "task `{n}` names an engine operation, which a playbook may not (RFC-0002:C-PLAYBOOK-LANE)"
+        )),
+        TaskKind::TopK => unsupported(&format!("kind `{}`", t.kind)),
+    }
+}
+
+/// A launch this engine runs: the plan admitted, and both ceilings.
 #[derive(Debug)]
 pub struct Admitted {
     pub max_cost: f64,
     pub max_secs: u64,
     pub goal: Option<String>,
-    /// The stand-in command agent turns run, when the plan has agent tasks.
     pub agent_cmd: Option<String>,
-    /// Dependencies of each task, as indices into `plan.tasks`.
-    pub deps: Vec<Vec<usize>>,
-    pub dependents: Vec<Vec<usize>>,
+    pub graph: Graph,
     /// Required tasks whose `needs` the run lacks: the plan is truncated.
     pub truncating: Vec<usize>,
-    /// Advisory tasks whose `needs` the run lacks, and every task skipped with them.
+    /// Tasks skipped for a missing capability, with the note their row carries.
     pub cap_skipped: Vec<(usize, String)>,
 }
 
@@ -50,274 +190,81 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             crucible_plan::duration::format(crucible_plan::duration::MAX_SECS)
         ));
     }
-    if plan.workflow_type != WorkflowType::Playbook {
-        return refuse(format!(
-            "this engine runs playbooks only; the plan's type is {}",
-            plan.workflow_type
-        ));
-    }
-    if plan.tasks.is_empty() {
-        return refuse("the plan has no tasks".into());
-    }
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for (i, t) in plan.tasks.iter().enumerate() {
-        if t.name.is_empty() {
-            return refuse(format!("task #{} has an empty name", i + 1));
-        }
-        if index.insert(t.name.as_str(), i).is_some() {
-            return refuse(format!("task `{}` is declared twice", t.name));
-        }
-    }
-    let mut deps = vec![Vec::new(); plan.tasks.len()];
-    let mut dependents = vec![Vec::new(); plan.tasks.len()];
-    let mut has_agent = false;
-    for (i, t) in plan.tasks.iter().enumerate() {
-        let n = &t.name;
-        let unsupported = |what: &str| -> Result<(), RunError> {
-            Err(RunError::refused(format!(
-                "task `{n}` uses {what}, which this engine does not run yet"
-            )))
-        };
-        match t.kind {
-            TaskKind::Command | TaskKind::Evaluate => {
-                if t.run.as_deref().is_none_or(|r| r.trim().is_empty()) {
-                    return refuse(format!("{} task `{n}` has no `run` command", t.kind));
-                }
-            }
-            TaskKind::Agent => {
-                has_agent = true;
-                if t.prompt.as_deref().is_none_or(|p| p.trim().is_empty()) {
-                    return refuse(format!("agent task `{n}` has no prompt"));
-                }
-            }
-            TaskKind::Route => route_runs(t, &req.caps, req.inference.decision.as_ref())?,
-            TaskKind::Report => match t.report.as_ref().map(|r| r.destination.as_str()) {
-                Some("slack") => {}
-                Some(other) => unsupported(&format!("the report destination `{other}`"))?,
-                None => return refuse(format!("report task `{n}` names no destination")),
-            },
-            TaskKind::Engine => {
-                return refuse(format!(
-                    "task `{n}` names an engine operation, which a playbook may not (RFC-0002:C-PLAYBOOK-LANE)"
-                ))
-            }
-            other => unsupported(&format!("kind `{other}`"))?,
-        }
-        if t.sandbox.is_some() {
-            unsupported("a sandbox")?;
-        }
-        if t.isolated && t.session.is_some() {
-            return refuse(format!(
-                "task `{n}` is isolated and in a session: a task in a session cannot be isolated"
-            ));
-        }
-        for f in ["complete", "reason"] {
-            if t.emits.contains_key(f) {
-                return refuse(format!(
-                    "task `{n}` declares `{f}` in emits: it is a reserved output field (RFC-0002:C-PLAYBOOK-LANE)"
-                ));
-            }
-        }
-        match t.timeout_secs {
-            Some(0) => return refuse(format!("task `{n}` declares a zero timeout")),
-            Some(s) if s > max_secs => {
-                return refuse(format!(
-                    "task `{n}` declares timeout {} above --max-time {}: a deadline never extends past the ceiling (RFC-0002:C-PLAYBOOK-BUDGET)",
-                    crucible_plan::duration::format(s),
-                    crucible_plan::duration::format(max_secs)
-                ))
-            }
-            _ => {}
-        }
-        if t.depends_on.is_empty() && t.join != Join::All {
-            return refuse(format!(
-                "task `{n}` joins \"{}\" with no dependencies",
-                t.join
-            ));
-        }
-        for d in &t.depends_on {
-            if RESERVED_INPUTS.contains(&d.as_str()) {
-                return refuse(format!(
-                    "task `{n}` depends on `{d}`, a reserved input name (RFC-0002:C-SETTLED-JOIN)"
-                ));
-            }
-            let Some(&j) = index.get(d.as_str()) else {
-                return refuse(format!("task `{n}` depends on `{d}`, which is not a task"));
-            };
-            if j == i || deps[i].contains(&j) {
-                return refuse(format!(
-                    "task `{n}` lists dependency `{d}` badly (self or twice)"
-                ));
-            }
-            match (t.stage, plan.tasks[j].stage) {
-                (Stage::Epilogue, Stage::Iteration) => {
-                    return refuse(format!(
-                        "epilogue task `{n}` depends on main-graph task `{d}`: it receives the `outcome` input instead (RFC-0002:C-PLAYBOOK-LANE)"
-                    ))
-                }
-                (Stage::Iteration, Stage::Epilogue) => {
-                    return refuse(format!(
-                        "main-graph task `{n}` depends on epilogue task `{d}`"
-                    ))
-                }
-                _ => {}
-            }
-            deps[i].push(j);
-            dependents[j].push(i);
-        }
-    }
-    // Kahn's algorithm: a cycle would leave tasks waiting forever.
-    let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
-    let mut queue: Vec<usize> = (0..waiting.len()).filter(|&i| waiting[i] == 0).collect();
-    let mut order = Vec::with_capacity(waiting.len());
-    while let Some(i) = queue.pop() {
-        order.push(i);
-        for &j in &dependents[i] {
-            waiting[j] -= 1;
-            if waiting[j] == 0 {
-                queue.push(j);
-            }
-        }
-    }
-    if order.len() != plan.tasks.len() {
-        let stuck: Vec<&str> = (0..waiting.len())
-            .filter(|&i| waiting[i] > 0)
-            .map(|i| plan.tasks[i].name.as_str())
-            .collect();
-        return refuse(format!(
-            "the dependencies form a cycle through: {}",
-            stuck.join(", ")
-        ));
-    }
-    let m = &req.manifest.manifest.agent;
-    let agent_cmd = req.agent_cmd.clone().or_else(|| {
-        (m.backend.as_deref() == Some("command"))
-            .then(|| m.agent_cmd.clone())
-            .flatten()
-    });
-    if has_agent && agent_cmd.is_none() {
-        return refuse(
-            "the plan has agent tasks but no agent backend: set [agent] backend = \"command\" with agent_cmd, or pass --agent-cmd (harness backends are not built yet)".into(),
-        );
-    }
-    let goal = match (&m.goal, &m.goal_file) {
-        (Some(g), _) => Some(g.clone()),
-        (None, Some(f)) => Some(
-            std::fs::read_to_string(req.manifest.resolve(f))
-                .map_err(|e| RunError::refused(format!("[agent].goal_file {f}: {e}")))?,
-        ),
-        (None, None) => None,
+    let sub = Substrate {
+        caps: &req.caps,
+        inference: &req.inference,
+        agent_cmd: req.agent_cmd.as_deref(),
     };
-    let (truncating, cap_skipped) = capabilities(req, &deps, &order);
-    Ok(Admitted {
-        max_cost,
-        max_secs,
-        goal,
-        agent_cmd,
-        deps,
-        dependents,
-        truncating,
-        cap_skipped,
-    })
+    let mut refused = Vec::new();
+    let admission = admission(plan, &req.manifest, sub).map_err(|e| refused.extend(e));
+    for t in &plan.tasks {
+        // RFC-0002:C-PLAYBOOK-BUDGET: a deadline never extends past the ceiling.
+        if let Some(s) = t.timeout_secs.filter(|&s| s > max_secs) {
+            refused.push(format!(
+                "task `{}` declares timeout {} above --max-time {}: a deadline never extends past the ceiling (RFC-0002:C-PLAYBOOK-BUDGET)",
+                t.name,
+                crucible_plan::duration::format(s),
+                crucible_plan::duration::format(max_secs)
+            ));
+        }
+    }
+    match admission {
+        Ok(a) if refused.is_empty() => Ok(Admitted {
+            max_cost,
+            max_secs,
+            goal: a.goal,
+            agent_cmd: a.agent_cmd,
+            graph: plan.graph().clone(),
+            truncating: a.caps.truncating,
+            cap_skipped: a.caps.skipped,
+        }),
+        _ => Err(RunError::refused(refused.join("\n  "))),
+    }
 }
 
 /// What of a route this engine decides: unmapped, from a source dependency or by the decision
-/// model of the run's decision binding. A model-decided route without the `decision`
-/// capability is settled by [`capabilities`] (its `needs` is `decision`); with it, the binding
-/// must be one this engine can ask.
+/// model of the run's decision binding. A route whose `needs` the run lacks (a model-decided
+/// route without `decision`, a human-decided one without `human`) is settled by the capability
+/// verdict; with it, the decider must be one this engine can ask.
 fn route_runs(
     t: &crucible_plan::Task,
     caps: &[String],
     decision: Option<&crucible_agent::inference::Binding>,
-) -> Result<(), RunError> {
+) -> Result<(), String> {
     let n = &t.name;
     let Some(spec) = &t.route else {
-        return Err(RunError::refused(format!("route `{n}` has no questions")));
+        return Err(format!("route `{n}` has no questions"));
     };
-    let refuse = |what: &str| {
-        Err(RunError::refused(format!(
-            "route `{n}` {what}, which this engine does not run yet"
-        )))
-    };
+    let need_met = t.needs == "any" || caps.contains(&t.needs);
     if spec.human {
-        return refuse("is decided by a person");
+        // RFC-0002:C-HUMAN-DECISION: without `human` the route truncates (or is skipped).
+        return match need_met {
+            true => Err(format!(
+                "route `{n}` is decided by a person, which this engine does not run yet"
+            )),
+            false => Ok(()),
+        };
     }
     // The compiler makes such a route need `decision`; whenever that need is met, the route
     // dispatches to the decision model.
-    let need_met = t.needs == "any" || caps.contains(&t.needs);
     if spec.min_confidence.is_some() && need_met {
         let Some(binding) = decision else {
-            return Err(RunError::refused(format!(
+            return Err(format!(
                 "route `{n}` asks a decision model and the run has no decision binding: \
                  name one in {} (the `decision` capability alone names no model)",
                 crucible_agent::inference::INFERENCE_ENV
-            )));
+            ));
         };
         if let Some(why) = crucible_agent::decision::unusable(binding) {
-            return Err(RunError::refused(format!(
-                "route `{n}` asks a decision model, but {why}"
-            )));
+            return Err(format!("route `{n}` asks a decision model, but {why}"));
         }
     }
     if spec.min_confidence.is_none() && spec.source.is_none() {
-        return Err(RunError::refused(format!(
+        return Err(format!(
             "route `{n}` names neither a source nor min_confidence"
-        )));
+        ));
     }
     Ok(())
-}
-
-/// RFC-0002:C-PLAYBOOK-CAPS: a required task whose `needs` is unavailable truncates the plan;
-/// an advisory one is skipped with its dependents. A dependent joining "settled" is not skipped
-/// for its dependency's sake; one joining "passed" is skipped only when every dependency is.
-fn capabilities(
-    req: &RunRequest,
-    deps: &[Vec<usize>],
-    topo: &[usize],
-) -> (Vec<usize>, Vec<(usize, String)>) {
-    let tasks = &req.plan.tasks;
-    let available = |need: &str| need == "any" || req.caps.iter().any(|c| c == need);
-    let truncating: Vec<usize> = (0..tasks.len())
-        .filter(|&i| tasks[i].required && !available(&tasks[i].needs))
-        .collect();
-    let mut skipped: Vec<Option<String>> = vec![None; tasks.len()];
-    // In topological order every dependency is decided before its dependents: one pass.
-    for &i in topo {
-        let t = &tasks[i];
-        if t.required && !available(&t.needs) {
-            continue;
-        }
-        let why = if !available(&t.needs) {
-            Some(format!(
-                "needs `{}`, which this run does not provide",
-                t.needs
-            ))
-        } else {
-            let skipped_deps: Vec<usize> = deps[i]
-                .iter()
-                .copied()
-                .filter(|&d| skipped[d].is_some())
-                .collect();
-            let hit = match t.join {
-                Join::All => !skipped_deps.is_empty(),
-                Join::Passed => !deps[i].is_empty() && skipped_deps.len() == deps[i].len(),
-                Join::Settled => false,
-            };
-            hit.then(|| {
-                format!(
-                    "skipped with `{}`, whose capability is unavailable",
-                    tasks[skipped_deps[0]].name
-                )
-            })
-        };
-        skipped[i] = why;
-    }
-    let cap_skipped = skipped
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, s)| s.map(|s| (i, s)))
-        .collect();
-    (truncating, cap_skipped)
 }
 
 #[cfg(test)]
@@ -329,15 +276,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("crucible.toml");
         std::fs::write(&path, "[workflow]\ntype = \"playbook\"\n").unwrap();
+        let plan = Plan {
+            version: 1,
+            workflow_type: WorkflowType::Playbook,
+            result: None,
+            history_record: None,
+            params: Default::default(),
+            tasks,
+        };
         let req = RunRequest {
-            plan: Plan {
-                version: 1,
-                workflow_type: WorkflowType::Playbook,
-                result: None,
-                history_record: None,
-                params: Default::default(),
-                tasks,
-            },
+            plan: ValidatedPlan::new(plan).unwrap(),
             manifest: crucible_pack::load(&path).unwrap(),
             pack_digest: "tree1:x".into(),
             state_dir: dir.path().join("state"),
@@ -365,28 +313,18 @@ mod tests {
         t
     }
 
-    // RFC-0002:C-PLAYBOOK-CAPS: skips spread downstream in one pass whatever the declaration
-    // order; a settled join is not skipped for its dependency's sake.
-    #[test]
-    fn advisory_skips_spread_in_topological_order() {
-        let mut gpu = cmd("gpu", &[]);
-        gpu.needs = "gpu".into();
-        gpu.required = false;
-        let mut settled = cmd("settled", &["gpu"]);
-        settled.join = Join::Settled;
-        let (_d, req) = request(vec![cmd("c", &["b"]), cmd("b", &["gpu"]), gpu, settled]);
-        let adm = admit(&req).unwrap();
-        let skipped: Vec<usize> = adm.cap_skipped.iter().map(|(i, _)| *i).collect();
-        assert_eq!(skipped.len(), 3);
-        assert!(skipped.contains(&0) && skipped.contains(&1) && skipped.contains(&2));
-        assert!(adm.truncating.is_empty());
-    }
-
     fn route(name: &str, source: Option<&str>, min_confidence: Option<f64>) -> Task {
         let mut t = Task::new(name, TaskKind::Route);
         t.depends_on = vec!["a".into()];
+        let mut questions = std::collections::BTreeMap::new();
+        let mut ok = crucible_plan::Question::new(crucible_plan::QuestionKind::Noul, "ok?");
+        ok.labels = vec![
+            crucible_plan::Label::new("yes"),
+            crucible_plan::Label::new("no"),
+        ];
+        questions.insert("ok".to_string(), ok);
         t.route = Some(crucible_plan::RouteSpec {
-            questions: Default::default(),
+            questions,
             min_confidence,
             source: source.map(str::to_string),
             human: false,
@@ -399,18 +337,20 @@ mod tests {
         t
     }
 
-    // RFC-0002:C-PLAYBOOK-CAPS: a source route runs; a model route without `decision` is left to
-    // the capability verdict; with it, it needs a decision binding this engine can ask.
+    fn refusal(req: &RunRequest) -> String {
+        admit(req).unwrap_err().message
+    }
+
+    // RFC-0002:C-PLAYBOOK-CAPS: a model route without `decision` is left to the capability
+    // verdict; with it, it needs a decision binding this engine can ask. A human route without
+    // `human` is left to the verdict too; with it, it is refused as not built.
     #[test]
     fn routes_admitted_by_decider() {
-        let (_d, req) = request(vec![cmd("a", &[]), route("r", Some("a"), None)]);
-        assert!(admit(&req).is_ok());
         let (_d, req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
         assert_eq!(admit(&req).unwrap().truncating, vec![1]);
         let (_d, mut req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
         req.caps = vec!["decision".into()];
-        let e = admit(&req).unwrap_err();
-        assert!(e.message.contains("no decision binding"), "{e}");
+        assert!(refusal(&req).contains("no decision binding"));
         let binding = |protocol: &str| {
             let doc = format!(
                 r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "{protocol}", "url": "https://s1.example/v1/systemone", "model": "m"}}]}}"#
@@ -420,26 +360,36 @@ mod tests {
         req.inference = binding("system_one");
         assert!(admit(&req).is_ok());
         req.inference = binding("decisions");
-        let e = admit(&req).unwrap_err();
-        assert!(e.message.contains("speaks only system_one"), "{e}");
+        assert!(refusal(&req).contains("speaks only system_one"));
         let mut human = route("h", None, None);
         human.route.as_mut().unwrap().human = true;
-        let (_d, req) = request(vec![cmd("a", &[]), human]);
-        assert!(admit(&req)
-            .unwrap_err()
-            .message
-            .contains("decided by a person"));
+        human.needs = "human".into();
+        let (_d, mut req) = request(vec![cmd("a", &[]), human]);
+        assert_eq!(admit(&req).unwrap().truncating, vec![1]);
+        req.caps = vec!["human".into()];
+        assert!(refusal(&req).contains("decided by a person"));
     }
 
     #[test]
-    fn ceilings_and_cycles_are_refused() {
+    fn ceilings_and_timeouts_are_the_launch_s_own_refusals() {
         let (_d, mut req) = request(vec![cmd("a", &[])]);
         req.max_secs = None;
-        assert!(admit(&req)
-            .unwrap_err()
-            .message
-            .contains("--max-time is required"));
-        let (_d, req) = request(vec![cmd("a", &["b"]), cmd("b", &["a"])]);
-        assert!(admit(&req).unwrap_err().message.contains("cycle"));
+        assert!(refusal(&req).contains("--max-time is required"));
+        let mut slow = cmd("a", &[]);
+        slow.timeout_secs = Some(120);
+        let (_d, req) = request(vec![slow]);
+        assert!(refusal(&req).contains("above --max-time 1m"));
+    }
+
+    // Every reason is given at once, so `check` can list them all.
+    #[test]
+    fn every_refusal_is_reported() {
+        let mut boxed = Task::new("boxed", TaskKind::Agent);
+        boxed.prompt = Some("hi".into());
+        boxed.sandbox = Some("net".into());
+        let (_d, req) = request(vec![boxed]);
+        let e = refusal(&req);
+        assert!(e.contains("task `boxed` uses a sandbox"), "{e}");
+        assert!(e.contains("no agent backend"), "{e}");
     }
 }

@@ -421,7 +421,7 @@ pub async fn execute(
         tasks: Arc::new(req.plan.tasks.clone()),
         params: serde_json::to_value(&req.plan.params).expect("params serialize"),
         history,
-        waiting: adm.deps.iter().map(Vec::len).collect(),
+        waiting: adm.graph.deps().iter().map(Vec::len).collect(),
         adm,
         ctx,
         observer,
@@ -586,7 +586,7 @@ impl Coord<'_> {
             self.refold(i);
         }
         for i in order {
-            for j in self.adm.dependents[i].clone() {
+            for j in self.adm.graph.dependents()[i].clone() {
                 self.waiting[j] -= 1;
             }
         }
@@ -702,7 +702,7 @@ impl Coord<'_> {
         }
         let staging = self.staging(i);
         let mut inputs = self.inputs(i);
-        let deps: Vec<&str> = self.adm.deps[i]
+        let deps: Vec<&str> = self.adm.graph.deps()[i]
             .iter()
             .map(|&d| self.task(d).name.as_str())
             .collect();
@@ -751,9 +751,13 @@ impl Coord<'_> {
     /// The declared-file sets task `i` receives, from the settled rows as they stand now
     /// (RFC-0002:C-TASK-FILES, C-SETTLED-JOIN).
     fn staging(&self, i: usize) -> StagingPlan {
-        self.ctx
-            .files
-            .staging(&self.tasks, &self.adm.deps, &|j| self.entry_of(j), i, None)
+        self.ctx.files.staging(
+            &self.tasks,
+            self.adm.graph.deps(),
+            &|j| self.entry_of(j),
+            i,
+            None,
+        )
     }
 
     /// Runs `task` (task `i` itself, or one instance or round of it when `sub` says which) on
@@ -911,7 +915,7 @@ impl Coord<'_> {
                 break;
             }
             self.pending.pop_front();
-            for j in self.adm.dependents[i].clone() {
+            for j in self.adm.graph.dependents()[i].clone() {
                 self.waiting[j] -= 1;
                 if self.waiting[j] == 0 && matches!(self.state[j], TaskState::Waiting) {
                     self.deps_settled(j);

@@ -57,26 +57,43 @@ pub fn workspace_path(manifest: &LoadedManifest) -> Result<PathBuf, GitError> {
     Ok(manifest.dir.join(rel))
 }
 
+/// What workspace setup reads from the pack, checked without building anything: the workspace
+/// directory, `[repo].path`, and every inject's source and destination. Admission calls it, so
+/// `check` refuses what setup would.
+pub fn preflight(manifest: &LoadedManifest) -> Result<(), GitError> {
+    workspace_path(manifest)?;
+    repo_source(manifest)?;
+    inject_pairs(manifest).map(drop)
+}
+
+/// Where `[repo]` is cloned from: its url, or its path resolved below the manifest directory.
+fn repo_source(manifest: &LoadedManifest) -> Result<Option<String>, GitError> {
+    let Some(r) = &manifest.manifest.repo else {
+        return Ok(None);
+    };
+    match (&r.url, &r.path) {
+        (Some(url), _) => Ok(Some(url.clone())),
+        (None, Some(path)) => {
+            let p = manifest.resolve(path);
+            let real = p
+                .canonicalize()
+                .map_err(ioerr(format!("[repo].path {}", p.display())))?;
+            Ok(Some(real.to_string_lossy().into_owned()))
+        }
+        (None, None) => Err(plain("[repo] names no url or path".into())),
+    }
+}
+
 /// Builds the workspace: clone `[repo]` at `ref` (or start empty), run `setup_cmd`, copy the
 /// injects, and make the base commit. Returns the base commit.
 pub fn setup(manifest: &LoadedManifest, ws: &Path, memory: &Path) -> Result<Oid, GitError> {
+    let injects = inject_pairs(manifest)?;
     if ws.exists() {
         std::fs::remove_dir_all(ws).map_err(ioerr(format!("cannot clear {}", ws.display())))?;
     }
     std::fs::create_dir_all(ws).map_err(ioerr(format!("cannot create {}", ws.display())))?;
-    let repo = match &manifest.manifest.repo {
-        Some(r) => {
-            let source = match (&r.url, &r.path) {
-                (Some(url), _) => url.clone(),
-                (None, Some(path)) => {
-                    let p = manifest.resolve(path);
-                    p.canonicalize()
-                        .map_err(ioerr(format!("[repo].path {}", p.display())))?
-                        .to_string_lossy()
-                        .into_owned()
-                }
-                (None, None) => return Err(plain("[repo] names no url or path".into())),
-            };
+    let repo = match (repo_source(manifest)?, &manifest.manifest.repo) {
+        (Some(source), Some(r)) => {
             let repo = git2::build::RepoBuilder::new()
                 .bare(true)
                 .clone(&source, memory)
@@ -96,7 +113,7 @@ pub fn setup(manifest: &LoadedManifest, ws: &Path, memory: &Path) -> Result<Oid,
                 .map_err(gerr("cannot check out [repo].ref"))?;
             repo
         }
-        None => {
+        _ => {
             let repo = Repository::init_bare(memory).map_err(gerr("cannot create git memory"))?;
             attach(&repo, ws)?;
             repo
@@ -105,7 +122,13 @@ pub fn setup(manifest: &LoadedManifest, ws: &Path, memory: &Path) -> Result<Oid,
     if let Some(cmd) = &manifest.manifest.workspace.setup_cmd {
         run_setup(cmd, &manifest.dir, ws)?;
     }
-    inject(manifest, ws)?;
+    for (from, to) in injects {
+        let dest = ws.join(&to);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(ioerr(format!("{}", parent.display())))?;
+        }
+        std::fs::copy(&from, &dest).map_err(ioerr(format!("inject {}", from.display())))?;
+    }
     let base = commit_all(&repo, BASE_MESSAGE, true)?.expect("forced commit");
     repo.reference("refs/crucible/base", base, true, "base")
         .map_err(gerr("cannot record the base commit"))?;
@@ -170,16 +193,23 @@ fn run_setup(cmd: &str, dir: &Path, ws: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
-/// Copies each inject below the manifest directory into the workspace (RFC-0001 notes §3): a
-/// file, a directory (every regular file below it) or a glob, in sorted order, confined below
-/// the manifest directory; a source matching nothing is an error.
-fn inject(manifest: &LoadedManifest, ws: &Path) -> Result<(), GitError> {
+/// Each inject's files below the manifest directory and where they go in the workspace
+/// (RFC-0001 notes §3): a file, a directory (every regular file below it) or a glob, in sorted
+/// order, confined below the manifest directory; an empty source, or one matching nothing, is an
+/// error.
+fn inject_pairs(manifest: &LoadedManifest) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
     let root = manifest.dir.canonicalize().map_err(ioerr(format!(
         "manifest directory {}",
         manifest.dir.display()
     )))?;
+    let mut all = Vec::new();
     for inj in &manifest.manifest.workspace.inject.0 {
         let src = &inj.src;
+        if src.trim().is_empty() {
+            return Err(plain(
+                "an inject has an empty src: name a file, directory or glob below the manifest directory".into(),
+            ));
+        }
         let is_glob = src.contains(['*', '?', '[']);
         let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
         let pattern = root.join(src);
@@ -227,21 +257,18 @@ fn inject(manifest: &LoadedManifest, ws: &Path) -> Result<(), GitError> {
             )));
         }
         pairs.sort();
-        for (from, to) in pairs {
-            if !to.components().all(|c| matches!(c, Component::Normal(_))) {
-                return Err(plain(format!(
-                    "inject destination {} must stay inside the workspace",
-                    to.display()
-                )));
-            }
-            let dest = ws.join(&to);
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(ioerr(format!("{}", parent.display())))?;
-            }
-            std::fs::copy(&from, &dest).map_err(ioerr(format!("inject {}", from.display())))?;
+        if let Some((_, to)) = pairs
+            .iter()
+            .find(|(_, to)| !to.components().all(|c| matches!(c, Component::Normal(_))))
+        {
+            return Err(plain(format!(
+                "inject destination {} must stay inside the workspace",
+                to.display()
+            )));
         }
+        all.extend(pairs);
     }
-    Ok(())
+    Ok(all)
 }
 
 fn files_below(dir: &Path) -> Result<Vec<PathBuf>, GitError> {

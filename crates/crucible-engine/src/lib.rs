@@ -1,7 +1,7 @@
 //! The playbook executor: admission, dispatch, settlement, git memory, the session log and both
 //! ceilings (RFC-0002:C-PLAYBOOK-LANE, C-PLAYBOOK-CAPS, C-PLAYBOOK-BUDGET, C-SETTLED-JOIN).
 //!
-//! [`run`] takes a compiled [`Plan`] and the manifest it came with, refuses before any dispatch
+//! [`run`] takes a compiled, validated plan and the manifest it came with, refuses before any dispatch
 //! what it cannot run honestly ([`RunError`] of kind `Refused`), and otherwise runs the graph
 //! once and returns the verdict. One coordinator owns all run state (see `coord`).
 
@@ -25,15 +25,16 @@ mod taskio;
 
 use crucible_pack::LoadedManifest;
 use crucible_plan::wire::TaskResult;
-use crucible_plan::{Ceiling, Outcome, Plan, Verdict};
+use crucible_plan::{Ceiling, Outcome, ValidatedPlan, Verdict};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use admit::{admission, Admission, Substrate};
 pub use proc::kill_all_now;
 
 /// Everything one run needs.
 pub struct RunRequest {
-    pub plan: Plan,
+    pub plan: ValidatedPlan,
     pub manifest: LoadedManifest,
     /// The pack's `tree1:` digest.
     pub pack_digest: String,

@@ -143,7 +143,7 @@ pub fn load(
         let name = plan.tasks[i].name.as_str();
         digests_then.contains_key(name) && rows.get(name).is_some_and(|r| r.status.is_pass())
     };
-    let rerun = rerun_set(&plan.tasks, &adm.dependents, &selected, passed);
+    let rerun = rerun_set(&plan.tasks, adm.graph.dependents(), &selected, passed);
     let digests_now = canonical::task_digests(plan);
     let reused: BTreeSet<&str> = (0..plan.tasks.len())
         .filter(|i| !rerun.contains(i))

@@ -15,6 +15,9 @@ use std::path::Path;
 /// Path segments whose whole subtree is not pack content (RFC-0002:C-PACK-BASE).
 pub const EXCLUDED_SEGMENTS: &[&str] = &["state", ".git", "workspace"];
 
+/// The largest pack file read as text (a loaded source, a prompt or schema file, a goal file).
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
 /// A pack file that could not be read, with the pack-relative path it concerns.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {kind}")]

@@ -23,7 +23,7 @@ pub struct Manifest {
     #[serde(default)]
     pub judge: Option<Judge>,
     // Tables of the scored lane and the publisher this engine does not act on yet; accepted so
-    // a shared manifest still loads, and shown by `crucible check`.
+    // a shared manifest still loads, and named by `LoadedManifest::not_applied`.
     #[serde(default)]
     pub outputs: Option<toml::Table>,
     #[serde(default)]
@@ -86,12 +86,9 @@ pub struct Inject {
     pub src: String,
     #[serde(default)]
     pub dst: Option<String>,
-    #[serde(default = "yes")]
-    pub frozen: bool,
-}
-
-fn yes() -> bool {
-    true
+    /// Accepted for shared manifests; this engine does not freeze injects (see `not_applied`).
+    #[serde(default)]
+    pub frozen: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for Injects {
@@ -102,7 +99,7 @@ impl<'de> Deserialize<'de> for Injects {
                 toml::Value::String(src) => Ok(Inject {
                     src,
                     dst: None,
-                    frozen: true,
+                    frozen: None,
                 }),
                 toml::Value::Table(t) => Inject::deserialize(t).map_err(E::custom),
                 other => Err(E::custom(format!(
@@ -153,6 +150,14 @@ pub struct AgentConfig {
     pub toolbox_dir: Option<String>,
     #[serde(default)]
     pub toolbox_exclude: Vec<String>,
+    // The OpenShell backend's keys (RFC-0001 notes §3): read so that a manifest naming them is
+    // refused as not built rather than as misspelt (`LoadedManifest::unbuilt`).
+    #[serde(default)]
+    pub openshell: Option<toml::Value>,
+    #[serde(default)]
+    pub broker: Option<toml::Value>,
+    #[serde(default)]
+    pub relay: Option<toml::Value>,
 }
 
 /// Which launch settings a launch may supply (RFC-0002:C-PLAYBOOK-PARAMS). Everything is
@@ -317,6 +322,62 @@ impl LoadedManifest {
             params,
             tasks,
         }))
+    }
+
+    /// The keys this manifest sets that name a feature this engine has not built: a run that
+    /// names one is refused before dispatch, never run as if the key were absent.
+    pub fn unbuilt(&self) -> Vec<String> {
+        let a = &self.manifest.agent;
+        let mut out = Vec::new();
+        let mut key = |set: bool, what: &str| {
+            if set {
+                out.push(format!("{what} is not built in this engine: remove it"));
+            }
+        };
+        key(
+            a.backend.as_deref() == Some("openshell"),
+            "[agent].backend = \"openshell\"",
+        );
+        key(a.openshell.is_some(), "[agent].openshell");
+        key(a.broker.is_some(), "[agent].broker");
+        key(a.relay.is_some(), "[agent].relay");
+        key(a.sandbox_image.is_some(), "[agent].sandbox_image");
+        for name in a.sandbox.keys() {
+            key(true, &format!("[agent.sandbox.{name}]"));
+        }
+        out
+    }
+
+    /// The tables and keys this manifest sets that this engine reads but does not act on: a
+    /// run goes ahead without them, and `check` and `plan run` both say so.
+    pub fn not_applied(&self) -> Vec<String> {
+        let m = &self.manifest;
+        let mut out = Vec::new();
+        for (table, set) in [
+            ("[outputs]", m.outputs.is_some()),
+            ("[publish]", m.publish.is_some()),
+            ("[world]", m.world.is_some()),
+            ("[deploy]", m.deploy.is_some()),
+            ("[build]", m.build.is_some()),
+            ("[measure]", m.measure.is_some()),
+            ("[agent].method_prompt", m.agent.method_prompt.is_some()),
+            ("[agent].toolbox_dir", m.agent.toolbox_dir.is_some()),
+            (
+                "[agent].toolbox_exclude",
+                !m.agent.toolbox_exclude.is_empty(),
+            ),
+        ] {
+            if set {
+                out.push(format!("{table} is not applied by this engine"));
+            }
+        }
+        for inj in m.workspace.inject.0.iter().filter(|i| i.frozen.is_some()) {
+            out.push(format!(
+                "[workspace].inject {:?}: `frozen` is not applied by this engine (a task can change an injected file like any other)",
+                inj.src
+            ));
+        }
+        out
     }
 
     /// Resolves a manifest-relative path.

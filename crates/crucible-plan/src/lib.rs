@@ -10,6 +10,7 @@ pub mod plan;
 pub mod render;
 pub mod terminal;
 pub mod validate;
+pub mod validated;
 pub mod vocab;
 pub mod wire;
 
@@ -17,4 +18,5 @@ pub use plan::{
     FieldRef, FieldType, FileDecl, Label, Plan, Question, ReportSpec, RouteSpec, Task, When,
     PLAN_VERSION,
 };
+pub use validated::{Graph, ValidatedPlan};
 pub use vocab::*;

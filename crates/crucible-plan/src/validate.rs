@@ -6,6 +6,7 @@
 //! names the task and argument, the rule (an RFC clause id where one applies) and the fix.
 
 use crate::plan::{FieldRef, FieldType, Plan, Question, Task};
+use crate::validated::Graph;
 use crate::vocab::{
     ceilings, markers, Join, QuestionKind, Stage, TaskKind, WorkflowType, RESERVED_INPUTS,
     UNCERTAIN, UNDECLARABLE_OUTPUT_FIELDS,
@@ -67,14 +68,21 @@ pub mod rules {
 
 /// Every rule the plan breaks; empty when it is valid.
 pub fn validate(plan: &Plan) -> Vec<PlanError> {
+    checked(plan).0
+}
+
+/// Every rule the plan breaks, and its graph: what [`ValidatedPlan`](crate::ValidatedPlan)
+/// keeps when there is none.
+pub(crate) fn checked(plan: &Plan) -> (Vec<PlanError>, Graph) {
     let mut v = Validator::new(plan);
     v.run();
-    v.errors
+    (v.errors, v.graph)
 }
 
 struct Validator<'a> {
     plan: &'a Plan,
     by_name: BTreeMap<&'a str, &'a Task>,
+    graph: Graph,
     errors: Vec<PlanError>,
 }
 
@@ -156,6 +164,7 @@ impl<'a> Validator<'a> {
         Validator {
             plan,
             by_name,
+            graph: Graph::of(plan),
             errors: Vec::new(),
         }
     }
@@ -1290,39 +1299,14 @@ impl<'a> Validator<'a> {
     }
 
     fn cycles(&mut self) {
-        // Kahn's algorithm; whatever is left is on or behind a cycle.
-        let mut indeg: BTreeMap<&str, usize> = BTreeMap::new();
-        for t in &self.plan.tasks {
-            let known = t
-                .depends_on
-                .iter()
-                .filter(|d| self.by_name.contains_key(d.as_str()) && *d != &t.name)
-                .count();
-            indeg.insert(t.name.as_str(), known);
-        }
-        let mut ready: Vec<&str> = indeg
-            .iter()
-            .filter(|(_, n)| **n == 0)
-            .map(|(k, _)| *k)
+        // Whatever the topological order leaves out is on or behind a cycle.
+        let ordered: BTreeSet<usize> = self.graph.order().iter().copied().collect();
+        let mut stuck: Vec<String> = (0..self.plan.tasks.len())
+            .filter(|i| !ordered.contains(i))
+            .map(|i| self.plan.tasks[i].name.clone())
             .collect();
-        while let Some(n) = ready.pop() {
-            for t in &self.plan.tasks {
-                if t.depends_on.iter().any(|d| d == n) && t.name != n {
-                    let e = indeg.get_mut(t.name.as_str()).expect("indexed");
-                    *e -= 1;
-                    if *e == 0 {
-                        ready.push(t.name.as_str());
-                    }
-                }
-            }
-        }
-        let stuck: Vec<String> = indeg
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(k, _)| k.to_string())
-            .collect();
-        if !stuck.is_empty() {
-            let first = stuck[0].clone();
+        stuck.sort();
+        if let Some(first) = stuck.first().cloned() {
             self.err(Some(&first), Some("depends_on"), rules::CYCLE, format!("the dependencies form a cycle through {}", quoted(&stuck)), "break the cycle: a loop in the source must unroll into tasks, and a send-back is declared with revise");
         }
     }
@@ -1686,18 +1670,18 @@ pub fn did_you_mean<'s>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::plan::{RouteSpec, When};
 
-    fn cmd(name: &str, deps: &[&str]) -> Task {
+    pub(crate) fn cmd(name: &str, deps: &[&str]) -> Task {
         let mut t = Task::new(name, TaskKind::Command);
         t.run = Some("true".into());
         t.depends_on = deps.iter().map(|d| d.to_string()).collect();
         t
     }
 
-    fn plan(tasks: Vec<Task>) -> Plan {
+    pub(crate) fn plan(tasks: Vec<Task>) -> Plan {
         Plan {
             version: PLAN_VERSION,
             workflow_type: WorkflowType::Playbook,

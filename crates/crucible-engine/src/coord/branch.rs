@@ -163,7 +163,7 @@ impl Coord<'_> {
     ) -> Map<String, Value> {
         let t = self.task(i);
         let mut m = Map::new();
-        for &d in &self.adm.deps[i] {
+        for &d in &self.adm.graph.deps()[i] {
             if let Some(v) = entry(d).and_then(|e| when::input_value(t.join, &e)) {
                 m.insert(self.task(d).name.clone(), v);
             }
@@ -177,7 +177,7 @@ impl Coord<'_> {
         i: usize,
         entry: &dyn Fn(usize) -> Option<Entry>,
     ) -> BTreeMap<String, Entry> {
-        self.adm.deps[i]
+        self.adm.graph.deps()[i]
             .iter()
             .filter_map(|&d| entry(d).map(|e| (self.task(d).name.clone(), e)))
             .collect()
@@ -715,7 +715,7 @@ impl Coord<'_> {
                         view.get(name).cloned().or_else(|| self.entry_of(d))
                     });
                     let staging = self.round_staging(l, j, &name);
-                    let deps: Vec<&str> = self.adm.deps[j]
+                    let deps: Vec<&str> = self.adm.graph.deps()[j]
                         .iter()
                         .map(|&d| self.task(d).name.as_str())
                         .collect();
@@ -764,7 +764,7 @@ impl Coord<'_> {
         let reviewer = revising.then_some(reviewer.as_str());
         self.ctx
             .files
-            .staging(&self.tasks, &self.adm.deps, &entry, j, reviewer)
+            .staging(&self.tasks, self.adm.graph.deps(), &entry, j, reviewer)
     }
 
     /// The loop ended: one row under each body task's own name (RFC-0002:C-REVISE-LOOP). Their

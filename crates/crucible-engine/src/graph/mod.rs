@@ -2,6 +2,7 @@
 //! (RFC-0002:C-SETTLED-JOIN route/`when`/mapping parts, C-REVISE-LOOP, the lane parts of
 //! C-PLAYBOOK-BUDGET; RFC-0001-NOTES §5).
 //!
+//! - [`caps`]: the capability verdict: what truncates the plan, what is skipped with what.
 //! - [`fanout`]: a mapped task's instance list from its source, `keyed` inputs, and the node fold.
 //! - [`route`]: a route's answers from a source dependency or a decision model, dynamic
 //!   options, and the request a decision model receives.
@@ -11,6 +12,7 @@
 //! Nothing here does I/O or keeps run state beyond what a caller hands in; a failure is a
 //! [`GraphError`] whose message is the note the failing task records.
 
+pub mod caps;
 pub mod fanout;
 pub mod revise;
 pub mod route;
