@@ -32,6 +32,7 @@ mod routes;
 mod runs;
 mod settled_join;
 mod stop;
+mod task_env;
 mod task_files;
 mod terminal;
 mod workspace;

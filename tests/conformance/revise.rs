@@ -187,7 +187,7 @@ workflow([draft, review])
     );
     std::fs::write(
         p.path().join("crucible.toml"),
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n",
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[env]\npass = [\"PACK\"]\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n",
     )
     .unwrap();
     let r = p.run(&["--max-cost", "1"]);
@@ -247,7 +247,7 @@ json.dump({"turn": n}, open("PLAN_TASK_RESULT.json", "w"))
     );
     std::fs::write(
         p.path().join("crucible.toml"),
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"python3 $PACK/agent.py\"\n",
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[env]\npass = [\"PACK\"]\n[agent]\nbackend = \"command\"\nagent_cmd = \"python3 $PACK/agent.py\"\n",
     )
     .unwrap();
     p

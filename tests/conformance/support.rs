@@ -6,6 +6,10 @@ use std::process::{Command, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_crucible");
 
+/// The launch variables test tasks report through: the pack directory, a ledger file, and a
+/// crash test's mark.
+pub const OBSERVED_ENV: [&str; 3] = ["PACK", "LEDGER", "CRASH_MARK"];
+
 /// A pack in a tempdir: `crucible.toml` plus whatever files a test adds.
 pub struct Pack {
     dir: tempfile::TempDir,
@@ -25,8 +29,16 @@ impl Pack {
         Pack::with_manifest(&format!("[workflow]\ntype = \"playbook\"\n{body}"))
     }
 
+    /// A pack whose manifest is `manifest` plus the `[env]` declaration of the variables the
+    /// tests observe tasks through ([`OBSERVED_ENV`]), unless it declares its own: a task gets
+    /// nothing else from the launch environment (issue 11).
     pub fn with_manifest(manifest: &str) -> Pack {
         let dir = tempfile::tempdir().expect("tempdir");
+        let manifest = if manifest.lines().any(|l| l.trim() == "[env]") {
+            manifest.to_string()
+        } else {
+            format!("{manifest}\n[env]\npass = {OBSERVED_ENV:?}\n")
+        };
         std::fs::write(dir.path().join("crucible.toml"), manifest).unwrap();
         Pack { dir }
     }

@@ -548,6 +548,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             format!(" models=[{}]", o.models.join(", "))
         }
     );
+    print_task_env(&m.manifest);
     if findings == 0 {
         println!("check: ok");
         Ok(ExitCode::SUCCESS)
@@ -555,6 +556,40 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         println!("check: {findings} finding(s)");
         Ok(ExitCode::from(1))
     }
+}
+
+/// What each kind of task receives in its environment (issue 11: an allowlist, nothing else the
+/// engine was launched with); names only, and which of them are masked as secrets.
+fn print_task_env(m: &crucible_pack::Manifest) {
+    use crucible_engine::taskenv::{BASE, CONTRACT, MASK, MASK_MIN_LEN};
+    let list = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    let unset: Vec<String> = (m.env.names())
+        .filter(|n| std::env::var_os(n.as_str()).is_none())
+        .cloned()
+        .collect();
+    println!("task environment (nothing else from the launch reaches a task):");
+    println!(
+        "  command, evaluate and agent tasks: {} where set at launch; [env].pass: {}; [env].secrets (values masked as {MASK}): {}; the contract {}",
+        BASE.join(", "),
+        list(&m.env.pass),
+        list(&m.env.secrets),
+        CONTRACT.join(", ")
+    );
+    if !unset.is_empty() {
+        println!("  unset now, so not given: {}", unset.join(", "));
+    }
+    let agent_env: Vec<String> = m.agent.env.keys().cloned().collect();
+    println!(
+        "  agent tasks also: [agent].env (values masked as {MASK}): {}; the harness's turn variables (CRUCIBLE_PROMPT, CRUCIBLE_PROMPT_FILE, and its settings, session and repair)",
+        list(&agent_env)
+    );
+    println!("  secret values shorter than {MASK_MIN_LEN} characters are not masked");
 }
 
 pub fn pack_digest(a: &DigestArgs) -> Result<ExitCode> {

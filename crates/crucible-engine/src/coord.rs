@@ -80,6 +80,19 @@ struct Report {
 }
 
 impl Report {
+    /// Masks the values of declared secrets in everything the task's process wrote (issue 11).
+    fn mask(&mut self, masker: &crate::taskenv::Masker) {
+        if masker.is_empty() {
+            return;
+        }
+        masker.opt(&mut self.graded.note);
+        if let Some(out) = &mut self.graded.output {
+            masker.json(out);
+        }
+        masker.opt(&mut self.transport);
+        masker.opt(&mut self.refused);
+    }
+
     fn empty() -> Report {
         Report {
             graded: Graded::fail("not run", None),
@@ -109,6 +122,10 @@ struct Ctx {
     /// What runs agent turns (admission requires one when the plan has agent tasks).
     harness: Option<Arc<dyn Harness>>,
     agent_env: Vec<(String, String)>,
+    /// The launch variables every task receives (the base and `[env]`).
+    task_env: crate::taskenv::TaskEnv,
+    /// The run's declared secrets, masked in everything a task's process wrote.
+    masker: crate::taskenv::Masker,
     goal: Option<String>,
     /// `--harness` / `--model`: above every task's own setting.
     launch_harness: Option<String>,
@@ -388,6 +405,8 @@ pub async fn execute(
         harness: adm.agent_cmd.clone().map(|agent_cmd| {
             Arc::new(crucible_agent::harness::command::Command { agent_cmd }) as Arc<dyn Harness>
         }),
+        task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
+        masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         agent_env: agent
             .env
             .iter()
@@ -789,7 +808,7 @@ impl Coord<'_> {
             _ => crate::files::dir_name(&task.name, None),
         };
         tokio::spawn(async move {
-            let tx = ctx.tx.clone();
+            let (tx, masker) = (ctx.tx.clone(), ctx.masker.clone());
             let run = tokio::spawn(async move {
                 if task.kind == TaskKind::Route {
                     attempt::decide_by_model(&ctx, &task, inputs, &sets, &options, abort).await
@@ -801,10 +820,12 @@ impl Coord<'_> {
             });
             // A panic in the attempt runner must still settle the task, or the run would wait
             // for it forever.
-            let report = run.await.unwrap_or_else(|e| Report {
+            let mut report = run.await.unwrap_or_else(|e| Report {
                 graded: Graded::fail(format!("internal error in the attempt runner: {e}"), None),
                 ..Report::empty()
             });
+            // Before anything the task wrote reaches a row, the log or the terminal.
+            report.mask(&masker);
             let _ = tx.send(match sub {
                 None => Msg::Done(i, report),
                 Some(sub) => Msg::SubDone(i, sub, report),

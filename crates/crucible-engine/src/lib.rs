@@ -19,7 +19,7 @@ pub mod report;
 mod rerun;
 mod resume;
 pub mod state;
-mod taskenv;
+pub mod taskenv;
 mod taskfiles;
 mod taskio;
 

@@ -19,6 +19,8 @@ pub struct Manifest {
     #[serde(default)]
     pub agent: AgentConfig,
     #[serde(default)]
+    pub env: EnvConfig,
+    #[serde(default)]
     pub workflow: Option<WorkflowConfig>,
     #[serde(default)]
     pub judge: Option<Judge>,
@@ -158,6 +160,26 @@ pub struct AgentConfig {
     pub broker: Option<toml::Value>,
     #[serde(default)]
     pub relay: Option<toml::Value>,
+}
+
+/// `[env]`: what every task receives from the launch environment beyond the engine's fixed base
+/// (issue 11: a task's environment is an allowlist).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvConfig {
+    /// Launch environment variables every command, evaluate and agent task receives, by name.
+    #[serde(default)]
+    pub pass: Vec<String>,
+    /// As `pass`, and their values are masked (`***`) wherever a task's text is stored or printed.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+impl EnvConfig {
+    /// Every declared name, `pass` then `secrets`.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.pass.iter().chain(&self.secrets)
+    }
 }
 
 /// Which launch settings a launch may supply (RFC-0002:C-PLAYBOOK-PARAMS). Everything is
@@ -407,6 +429,21 @@ pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
     if let Some(repo) = &manifest.repo {
         if repo.url.is_some() == repo.path.is_some() {
             return Err(err("[repo] needs exactly one of `url` and `path`".into()));
+        }
+    }
+    for name in manifest.env.names() {
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(err(format!(
+                "[env] names {name:?}, which is not an environment variable name"
+            )));
+        }
+        if name.starts_with("CRUCIBLE_") {
+            return Err(err(format!(
+                "[env] names {name}: CRUCIBLE_ variables are the engine's task contract and its own settings, never passed through"
+            )));
         }
     }
     if manifest.agent.goal.is_some() && manifest.agent.goal_file.is_some() {

@@ -9,7 +9,6 @@ use crate::files::StagedSet;
 use crate::graph::route;
 use crate::proc::{self, Abort, Deadline, Ended};
 use crate::report;
-use crate::taskenv;
 use crate::taskio::{self, Graded};
 use crucible_agent::decision::AskError;
 use crucible_agent::harness::{Harness, Progress, Session, Turn};
@@ -69,7 +68,7 @@ pub(super) async fn run(
     if inputs_text.len() <= crucible_plan::ceilings::INPUTS_ENV_MAX {
         contract.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
     }
-    let mut env = taskenv::for_task(&contract);
+    let mut env = ctx.task_env.for_task(&contract);
     let agent = if task.kind == TaskKind::Agent {
         let prompt = match crucible_agent::assemble_prompt(&PromptParts {
             goal: ctx.goal.as_deref(),
