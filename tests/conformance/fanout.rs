@@ -258,3 +258,40 @@ fn epilogue_outcome_carries_per_instance() {
         })
     );
 }
+
+// The DSL reference asks `over` only for a list: a field declared in list-form `emits` is
+// untyped, so the snippet compiles and runs, and a value that is not a list of strings fails
+// the consumer naming the field and what it held (issue 16).
+#[test]
+fn over_a_list_form_emits_field_is_checked_when_the_consumer_runs() {
+    let src = |xs: &str| {
+        format!(
+            r#"scan = command(name = "scan", run = "echo '{{\"xs\": {xs}}}'", emits = ["xs"])
+each = command(name = "each", run = "echo '{{}}'", depends_on = [scan], over = scan.xs, max_fanout = 4)
+workflow(type = "playbook", tasks = [scan, each])
+"#
+        )
+    };
+    let p = star(&src(r#"[\"a\", \"b\"]"#));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.row("each")["status"], "pass");
+    assert_eq!(p.row("each[b]")["status"], "pass");
+    for (xs, note) in [
+        (
+            r#"\"a\""#,
+            "source `scan.xs` is a string, not a list of strings",
+        ),
+        (
+            r#"[\"a\", 3]"#,
+            "source `scan.xs` item 1 is a number, not a string",
+        ),
+    ] {
+        let p = star(&src(xs));
+        let r = p.run(&[]);
+        assert_eq!(r.code, 3, "{r:?}");
+        assert_eq!(p.row("scan")["status"], "pass");
+        assert_eq!(p.row("each")["status"], "fail");
+        assert_eq!(p.row("each")["note"], note);
+    }
+}

@@ -973,9 +973,15 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         };
         let files = a.str_list("files")?.unwrap_or_default();
         let w = graph(&mut a, &mut t)?;
-        // A model-decided route asks the broker's decision capability (RFC-0002:C-PLAYBOOK-CAPS).
-        if min_confidence.is_some() && t.needs == "any" {
-            t.needs = "decision".into();
+        // A model-decided route asks the broker's decision capability, and `human = True`
+        // declares the `human` one the DSL reference has no other spelling for
+        // (RFC-0002:C-PLAYBOOK-CAPS, C-HUMAN-DECISION).
+        if t.needs == "any" {
+            if human {
+                t.needs = "human".into();
+            } else if min_confidence.is_some() {
+                t.needs = "decision".into();
+            }
         }
         t.route = Some(RouteSpec {
             questions,

@@ -717,7 +717,8 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// The field a task reads as a list of strings (`over`, a pick's source).
+    /// The field a task reads as a list of strings (`over`, a pick's source): declared, and not
+    /// typed as anything else.
     fn check_string_list(
         &mut self,
         t: &Task,
@@ -748,6 +749,9 @@ impl<'a> Validator<'a> {
         }
         match producer.emits.get(field) {
             None => self.terr(t, arg, rules::EMITS, format!("`{}` does not declare `{field}` in emits", producer.name), format!("declare `{field}` in `{}`'s emits as \"list\"", producer.name)),
+            // An untyped field (list-form emits) proves nothing either way: the engine checks
+            // the value when the consumer runs, and fails it naming the field and what it held.
+            Some(FieldType::Any) => {}
             Some(ty) if !is_string_list(ty) => self.terr(t, arg, rules::EMITS, format!("`{}.{field}` is not provably a list of strings", producer.name), "type the field \"list\", \"links\", or a schema_file with \"type\": \"array\" and string items"),
             Some(_) => {}
         }
@@ -977,8 +981,8 @@ impl<'a> Validator<'a> {
                     t,
                     "needs",
                     rules::HUMAN,
-                    "a human-decided route must declare needs = \"human\"".into(),
-                    "add needs = \"human\"",
+                    format!("a human-decided route needs \"human\", not \"{}\"", t.needs),
+                    "drop needs: human = True declares needs = \"human\"",
                 );
             }
             if spec.questions.contains_key("decision") {
