@@ -311,7 +311,7 @@ fn isolated_tasks_run_concurrently() {
 fn workspace_from_a_repo_at_a_ref_with_injects() {
     let p = Pack::playbook(&command(
         "look",
-        r#"cat version.txt extra/note.txt made.txt | tr '\n' ' ' | sed 's/^/{"seen": "/; s/ $/"}/'"#,
+        r#"cat version.txt extra/note.txt | tr '\n' ' ' | sed 's/^/{"seen": "/; s/ $/"}/'"#,
         "",
     ));
     let src = p.path().join("src");
@@ -337,12 +337,13 @@ fn workspace_from_a_repo_at_a_ref_with_injects() {
     let manifest = std::fs::read_to_string(p.path().join("crucible.toml")).unwrap();
     std::fs::write(
         p.path().join("crucible.toml"),
-        format!("[repo]\npath = \"src\"\nref = \"v1\"\n[workspace]\nsetup_cmd = \"echo made > $CRUCIBLE_WORKSPACE/made.txt\"\ninject = [{{src = \"notes\", dst = \"extra\"}}]\n{manifest}"),
+        // A setup_cmd would replace the clone (tests/conformance/workspace.rs).
+        format!("[repo]\npath = \"src\"\nref = \"v1\"\n[workspace]\ninject = [{{src = \"notes\", dst = \"extra\"}}]\n{manifest}"),
     )
     .unwrap();
     let r = p.run(&[]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(p.row("look")["output"], json!({"seen": "v1 injected made"}));
+    assert_eq!(p.row("look")["output"], json!({"seen": "v1 injected"}));
 }
 
 // Odd plans are refused before any dispatch with exit 1 and a message naming the problem, never

@@ -67,10 +67,15 @@ pub fn preflight(manifest: &LoadedManifest) -> Result<(), GitError> {
 }
 
 /// Where `[repo]` is cloned from: its url, or its path resolved below the manifest directory.
+/// None without `[repo]`, and with a `setup_cmd`, which replaces the clone (RFC-0001 notes §3:
+/// cloning `[repo]` is the default setup).
 fn repo_source(manifest: &LoadedManifest) -> Result<Option<String>, GitError> {
     let Some(r) = &manifest.manifest.repo else {
         return Ok(None);
     };
+    if manifest.manifest.workspace.setup_cmd.is_some() {
+        return Ok(None);
+    }
     match (&r.url, &r.path) {
         (Some(url), _) => Ok(Some(url.clone())),
         (None, Some(path)) => {
@@ -121,6 +126,15 @@ pub fn setup(manifest: &LoadedManifest, ws: &Path, memory: &Path) -> Result<Oid,
     };
     if let Some(cmd) = &manifest.manifest.workspace.setup_cmd {
         run_setup(cmd, &manifest.dir, ws)?;
+        // The command builds the workspace itself, perhaps as a repository of its own: the
+        // engine keeps its tree and links it to the run's git memory again.
+        std::fs::create_dir_all(ws).map_err(ioerr(format!("cannot create {}", ws.display())))?;
+        let own = ws.join(".git");
+        if own.is_dir() {
+            std::fs::remove_dir_all(&own)
+                .map_err(ioerr(format!("cannot clear {}", own.display())))?;
+        }
+        attach(&repo, ws)?;
     }
     for (from, to) in injects {
         let dest = ws.join(&to);
@@ -182,12 +196,20 @@ fn run_setup(cmd: &str, dir: &Path, ws: &Path) -> Result<(), GitError> {
         .output()
         .map_err(ioerr("cannot run [workspace].setup_cmd".into()))?;
     if !out.status.success() {
-        let tail = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+        // Either stream may hold the reason (git writes much of its own to stdout).
+        let tail = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            let lines: Vec<&str> = text.lines().rev().take(5).collect();
+            match lines.is_empty() {
+                true => "(nothing)".to_string(),
+                false => lines.into_iter().rev().collect::<Vec<_>>().join(" ⏎ "),
+            }
+        };
         return Err(plain(format!(
-            "[workspace].setup_cmd failed ({}): {}",
+            "[workspace].setup_cmd failed ({}): stdout: {}; stderr: {}",
             out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" ⏎ ")
+            tail(&out.stdout),
+            tail(&out.stderr)
         )));
     }
     Ok(())

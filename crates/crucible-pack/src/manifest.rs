@@ -393,6 +393,12 @@ impl LoadedManifest {
                 out.push(format!("{table} is not applied by this engine"));
             }
         }
+        if m.repo.is_some() && m.workspace.setup_cmd.is_some() {
+            out.push(
+                "[repo] is not cloned: [workspace].setup_cmd builds the workspace in its place"
+                    .into(),
+            );
+        }
         for inj in m.workspace.inject.0.iter().filter(|i| i.frozen.is_some()) {
             out.push(format!(
                 "[workspace].inject {:?}: `frozen` is not applied by this engine (a task can change an injected file like any other)",
