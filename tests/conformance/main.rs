@@ -2,10 +2,12 @@
 //! (see docs/conformance.md for the map from each MUST to its tests).
 
 mod http_double;
+mod model_double;
 mod support;
 
 mod admission;
 mod agent;
+mod agents_claude;
 mod asks;
 mod budget;
 mod caps;

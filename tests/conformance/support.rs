@@ -217,3 +217,21 @@ pub fn wait_for_file(path: &Path, secs: u64) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// The agent CLI `name` as `scripts/install-agents.sh` installed it (`CRUCIBLE_AGENT_CLIS`, else
+/// `target/agent-clis`), or `None` with a loud message: CI installs them, so there the test runs.
+pub fn agent_cli(name: &str) -> Option<PathBuf> {
+    let root = std::env::var_os("CRUCIBLE_AGENT_CLIS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/agent-clis"),
+        PathBuf::from,
+    );
+    let bin = root.join("node_modules/.bin").join(name);
+    if bin.exists() {
+        return Some(bin);
+    }
+    eprintln!(
+        "SKIPPED: the {name} CLI is not installed at {} (run scripts/install-agents.sh)",
+        bin.display()
+    );
+    None
+}

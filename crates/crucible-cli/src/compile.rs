@@ -356,6 +356,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         caps: &caps,
         inference: &inference,
         agent_cmd: a.agent_cmd.as_deref(),
+        harness: None,
     };
     for n in manifest.not_applied() {
         println!("not applied: {}", escape(&n));
@@ -477,6 +478,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             caps: &caps,
             inference: &inference,
             agent_cmd: a.agent_cmd.as_deref(),
+            harness: None,
         };
         match admission(plan, &m, sub) {
             Err(reasons) => {
@@ -487,6 +489,15 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
                 }
             }
             Ok(adm) => {
+                for (kind, program) in &adm.harnesses {
+                    let (package, version) = kind.package();
+                    let line = format!(
+                        "  harness {}: {} ({package}@{version})",
+                        kind.name(),
+                        program.display()
+                    );
+                    println!("{}", escape(&line));
+                }
                 let truncated = !adm.caps.truncating.is_empty();
                 for line in adm.caps.lines(plan) {
                     match line.starts_with("verdict: TRUNCATED") {

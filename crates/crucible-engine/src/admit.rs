@@ -9,9 +9,12 @@
 
 use crate::graph::caps::{self, CapVerdict};
 use crate::{RunError, RunRequest};
+use crucible_agent::harness::{self, HarnessKind};
 use crucible_agent::inference::Inference;
 use crucible_pack::LoadedManifest;
 use crucible_plan::{Graph, TaskKind, ValidatedPlan, WorkflowType};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// What a launch brings to admission besides the pack.
 #[derive(Clone, Copy)]
@@ -21,6 +24,8 @@ pub struct Substrate<'a> {
     pub inference: &'a Inference,
     /// `--agent-cmd`: overrides `[agent].agent_cmd` and selects the command backend.
     pub agent_cmd: Option<&'a str>,
+    /// `--harness`: the harness of every agent task.
+    pub harness: Option<&'a str>,
 }
 
 /// A plan this engine can run on the substrate.
@@ -28,6 +33,8 @@ pub struct Substrate<'a> {
 pub struct Admission {
     /// The stand-in command agent turns run, when the plan has agent tasks.
     pub agent_cmd: Option<String>,
+    /// Otherwise the CLI of each harness the agent tasks use (`[agent] backend = "local"`).
+    pub harnesses: BTreeMap<HarnessKind, PathBuf>,
     pub goal: Option<String>,
     pub caps: CapVerdict,
 }
@@ -61,11 +68,13 @@ pub fn admission(
             None
         }
     };
-    if agent_cmd.is_none() && plan.tasks.iter().any(|t| t.kind == TaskKind::Agent) {
-        refused.push(
-            "the plan has agent tasks but no agent backend: set [agent] backend = \"command\" with agent_cmd, or pass --agent-cmd (harness backends are not built yet)".into(),
-        );
-    }
+    let harnesses = match agent_cmd {
+        Some(_) => BTreeMap::new(),
+        None => local_harnesses(plan, manifest, sub).unwrap_or_else(|e| {
+            refused.extend(e);
+            BTreeMap::new()
+        }),
+    };
     let m = &manifest.manifest.agent;
     let goal = match (&m.goal, &m.goal_file) {
         (Some(g), _) => Some(g.clone()),
@@ -86,9 +95,81 @@ pub fn admission(
     }
     Ok(Admission {
         agent_cmd,
+        harnesses,
         goal,
         caps: caps::verdict(plan, sub.caps),
     })
+}
+
+/// The harnesses the agent tasks use on the local backend, each found at its pinned version,
+/// and the agent binding each would talk to checked against it.
+fn local_harnesses(
+    plan: &ValidatedPlan,
+    manifest: &LoadedManifest,
+    sub: Substrate,
+) -> Result<BTreeMap<HarnessKind, PathBuf>, Vec<String>> {
+    let m = &manifest.manifest.agent;
+    let mut out = BTreeMap::new();
+    let agents: Vec<&crucible_plan::Task> = (plan.tasks.iter())
+        .filter(|t| t.kind == TaskKind::Agent)
+        .collect();
+    if agents.is_empty() {
+        return Ok(out);
+    }
+    match m.backend.as_deref() {
+        None | Some("local") => {}
+        // Refused with the other unbuilt keys.
+        Some("openshell") => return Ok(out),
+        Some(_) => {
+            return Err(vec![
+                "the plan has agent tasks but no agent backend: [agent] backend = \"command\" needs agent_cmd (or pass --agent-cmd)".into(),
+            ])
+        }
+    }
+    let mut refused: Vec<String> = (m.cli.keys())
+        .filter_map(|name| HarnessKind::parse(name).err())
+        .map(|e| format!("[agent.cli]: {e}"))
+        .collect();
+    for t in agents {
+        let name = sub
+            .harness
+            .or(t.harness.as_deref())
+            .or(m.harness.as_deref());
+        let known = name.and_then(|n| HarnessKind::parse(n).ok());
+        if known.is_some_and(|k| out.contains_key(&k)) {
+            continue;
+        }
+        let cli = |k: HarnessKind| m.cli.get(k.name()).map(|p| manifest.resolve(p));
+        match harness::resolve(name, cli) {
+            Ok((kind, program)) => {
+                out.insert(kind, program);
+            }
+            Err(e) => refused.push(format!(
+                "the plan has agent tasks but no agent backend: agent task `{}`: {e}",
+                t.name
+            )),
+        }
+    }
+    if let Some(b) = &sub.inference.agent {
+        for kind in out.keys() {
+            if !kind.protocols().contains(&b.protocol) {
+                refused.push(format!(
+                    "the agent binding speaks {:?}, and {} speaks only {:?}",
+                    b.protocol,
+                    kind.name(),
+                    kind.protocols()
+                ));
+            }
+        }
+        if let Some(k) = b.key_env.as_ref().filter(|k| std::env::var_os(k).is_none()) {
+            refused.push(format!("the agent binding's key variable `{k}` is not set"));
+        }
+    }
+    refused.dedup();
+    match refused.is_empty() {
+        true => Ok(out),
+        false => Err(refused),
+    }
 }
 
 /// A goal file, read through the pack's confinement and the compiler's file-size bound.
@@ -101,7 +182,7 @@ fn read_goal(manifest: &LoadedManifest, rel: &str) -> Result<String, String> {
 }
 
 /// The agent backend `[agent].backend` and `--agent-cmd` select: the command agent turns run,
-/// or none when only a harness backend would run them (not built yet).
+/// or none when a local harness runs them.
 fn agent_backend(manifest: &LoadedManifest, flag: Option<&str>) -> Result<Option<String>, String> {
     let m = &manifest.manifest.agent;
     match m.backend.as_deref() {
@@ -158,6 +239,7 @@ pub struct Admitted {
     pub max_secs: u64,
     pub goal: Option<String>,
     pub agent_cmd: Option<String>,
+    pub harnesses: BTreeMap<HarnessKind, PathBuf>,
     pub graph: Graph,
     /// Required tasks whose `needs` the run lacks: the plan is truncated.
     pub truncating: Vec<usize>,
@@ -194,6 +276,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         caps: &req.caps,
         inference: &req.inference,
         agent_cmd: req.agent_cmd.as_deref(),
+        harness: req.harness.as_deref(),
     };
     let mut refused = Vec::new();
     let admission = admission(plan, &req.manifest, sub).map_err(|e| refused.extend(e));
@@ -214,6 +297,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             max_secs,
             goal: a.goal,
             agent_cmd: a.agent_cmd,
+            harnesses: a.harnesses,
             graph: plan.graph().clone(),
             truncating: a.caps.truncating,
             cap_skipped: a.caps.skipped,

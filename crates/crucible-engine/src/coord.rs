@@ -27,7 +27,7 @@ use crate::resume::{self, Resumption};
 use crate::taskfiles::{self, RunFiles, StagingRefused};
 use crate::taskio::Graded;
 use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
-use crucible_agent::harness::Harness;
+use crucible_agent::harness::{self, Harness, HarnessKind};
 use crucible_plan::wire::{
     AdmittedTask, Ask, AsksEmitted, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start,
     TaskResult, GATE_TASK,
@@ -36,7 +36,7 @@ use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
 };
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,6 +112,47 @@ impl Report {
     }
 }
 
+/// What runs a run's agent turns.
+enum Agents {
+    /// The command stand-in runs every turn, with the environment commands get.
+    Command(Arc<dyn Harness>),
+    /// Local harnesses by kind, each turn in a clean environment; none without agent tasks.
+    Local(BTreeMap<HarnessKind, Arc<dyn Harness>>),
+}
+
+impl Agents {
+    fn new(
+        adm: &Admitted,
+        run_dir: &std::path::Path,
+        inference: &crucible_agent::inference::Inference,
+    ) -> Result<Agents, RunError> {
+        if let Some(agent_cmd) = adm.agent_cmd.clone() {
+            return Ok(Agents::Command(Arc::new(harness::command::Command {
+                agent_cmd,
+            })));
+        }
+        let endpoint = inference.agent.clone();
+        let key = (endpoint.as_ref())
+            .and_then(|b| b.key_env.as_ref())
+            .and_then(|k| std::env::var(k).ok());
+        let mut local = BTreeMap::new();
+        for (&kind, program) in &adm.harnesses {
+            // Nothing of the operator's own configuration: each
+            // harness's config, sessions and logs live in the run's directory.
+            let home = run_dir.join("agents").join(kind.name());
+            std::fs::create_dir_all(&home).map_err(state_err("agent home"))?;
+            let setup = harness::Local {
+                program: program.clone(),
+                home,
+                endpoint: endpoint.clone(),
+                key: key.clone(),
+            };
+            local.insert(kind, Arc::from(harness::local(kind, setup)));
+        }
+        Ok(Agents::Local(local))
+    }
+}
+
 /// What every attempt shares, read-only.
 struct Ctx {
     ws: PathBuf,
@@ -119,8 +160,8 @@ struct Ctx {
     run_dir: PathBuf,
     max_secs: u64,
     run_deadline: Instant,
-    /// What runs agent turns (admission requires one when the plan has agent tasks).
-    harness: Option<Arc<dyn Harness>>,
+    /// What runs agent turns (admission requires it when the plan has agent tasks).
+    agents: Agents,
     agent_env: Vec<(String, String)>,
     /// The launch variables every task receives (the base and `[env]`).
     task_env: crate::taskenv::TaskEnv,
@@ -402,9 +443,7 @@ pub async fn execute(
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,
-        harness: adm.agent_cmd.clone().map(|agent_cmd| {
-            Arc::new(crucible_agent::harness::command::Command { agent_cmd }) as Arc<dyn Harness>
-        }),
+        agents: Agents::new(&adm, &run_dir, &req.inference)?,
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         agent_env: agent

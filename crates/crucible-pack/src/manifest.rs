@@ -140,6 +140,10 @@ pub struct AgentConfig {
     pub agent_cmd: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Where a harness's CLI is, by harness name (relative to the manifest's directory);
+    /// unnamed ones are found on PATH.
+    #[serde(default)]
+    pub cli: BTreeMap<String, String>,
     #[serde(default)]
     pub overrides: Overrides,
     #[serde(default)]

@@ -66,6 +66,7 @@ impl Harness for Command {
             session_id: turn.session.map(|s| s.id.clone()),
             spent_usd,
             transport: None,
+            note: None,
         }
     }
 }

@@ -7,11 +7,13 @@
 //! The engine owns the process (its group, deadline and kill) and the grading; each harness is
 //! one module here.
 
+pub mod claude;
 pub mod command;
 
-use crate::spawn::Spawn;
+use crate::inference::{Binding, Protocol};
+use crate::spawn::{Mount, Spawn};
 use crate::{AgentError, TurnResult, TurnSettings};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One agent turn, as the engine asks for it.
 pub struct Turn<'a> {
@@ -69,6 +71,8 @@ pub struct TurnOutcome {
     pub spent_usd: f64,
     /// Set when the turn failed in transport (see [`Progress::transport`]).
     pub transport: Option<String>,
+    /// Why the harness says the turn failed, in place of its stderr tail.
+    pub note: Option<String>,
 }
 
 /// One way of running agent turns.
@@ -79,4 +83,177 @@ pub trait Harness: Send + Sync {
     fn read_line(&self, line: &[u8], progress: &mut Progress);
     /// The outcome of a turn whose process exited on its own with `exit` (`None`: a signal).
     fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome;
+}
+
+/// The coding-agent CLIs crucible drives (`[agent] backend = "local"`), each pinned to the
+/// version it was tested with (docs/agents.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HarnessKind {
+    Claude,
+}
+
+/// Every harness, for listings.
+pub const HARNESSES: [HarnessKind; 1] = [HarnessKind::Claude];
+
+impl HarnessKind {
+    /// The harness a setting names (case-insensitive). A harness the spec lists but this engine
+    /// does not drive is refused by name.
+    pub fn parse(name: &str) -> Result<HarnessKind, String> {
+        let lower = name.to_ascii_lowercase();
+        if let Some(k) = HARNESSES.into_iter().find(|k| k.name() == lower) {
+            return Ok(k);
+        }
+        let known: Vec<&str> = HARNESSES.iter().map(|k| k.name()).collect();
+        Err(format!(
+            "harness {name:?} is not built (this engine drives {})",
+            known.join(", ")
+        ))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HarnessKind::Claude => "claude",
+        }
+    }
+
+    /// The npm package and version the harness is pinned to.
+    pub fn package(self) -> (&'static str, &'static str) {
+        match self {
+            HarnessKind::Claude => ("@anthropic-ai/claude-code", "2.1.197"),
+        }
+    }
+
+    /// The wire protocols its model endpoint may speak.
+    pub fn protocols(self) -> &'static [Protocol] {
+        match self {
+            HarnessKind::Claude => &[Protocol::Messages],
+        }
+    }
+}
+
+/// Where a harness's CLI is: the path the manifest names, else its name on the engine's PATH;
+/// refused unless it runs and reports its pinned version.
+pub fn locate(kind: HarnessKind, configured: Option<&Path>) -> Result<PathBuf, String> {
+    let (package, pinned) = kind.package();
+    let install = format!("install it with scripts/install-agents.sh ({package}@{pinned})");
+    let program = match configured {
+        Some(p) => p.to_path_buf(),
+        None => std::env::var_os("PATH")
+            .and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join(kind.name()))
+                    .find(|p| p.is_file())
+            })
+            .ok_or_else(|| format!("the {} CLI is not on PATH: {install}", kind.name()))?,
+    };
+    let out = std::process::Command::new(&program)
+        .arg("--version")
+        .env_clear()
+        .envs(std::env::var_os("PATH").map(|p| ("PATH", p)))
+        .env("HOME", std::env::temp_dir().join("crucible-version-probe"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{} cannot run: {e}; {install}", program.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .find(|w| w.split('.').count() == 3 && w.split('.').all(|n| n.parse::<u32>().is_ok()));
+    match version {
+        Some(v) if v == pinned => Ok(program),
+        Some(v) => Err(format!(
+            "{} is {} {v}, and this engine is tested with {pinned} only: {install}",
+            program.display(),
+            kind.name()
+        )),
+        None => Err(format!(
+            "{} did not report a version: {install}",
+            program.display()
+        )),
+    }
+}
+
+/// The harness `name` (an agent task's resolved harness setting) on the local backend, with its
+/// CLI at the path `cli` gives for it (the manifest's `[agent.cli]`), else on PATH: what `plan
+/// run` refuses before dispatch and `check` reports alike.
+pub fn resolve(
+    name: Option<&str>,
+    cli: impl Fn(HarnessKind) -> Option<PathBuf>,
+) -> Result<(HarnessKind, PathBuf), String> {
+    let name = name.ok_or(
+        "it names no harness: set [agent] harness (or the task's), pass --harness, or use [agent] backend = \"command\" with agent_cmd",
+    )?;
+    let kind = HarnessKind::parse(name)?;
+    Ok((kind, locate(kind, cli(kind).as_deref())?))
+}
+
+/// What a local harness is given for a run.
+#[derive(Clone, Debug)]
+pub struct Local {
+    /// Its CLI, as [`locate`] found it.
+    pub program: PathBuf,
+    /// Its own directory under the run's state directory: its config, sessions and logs live
+    /// here, never in the operator's own.
+    pub home: PathBuf,
+    /// The model endpoint (the `CRUCIBLE_INFERENCE` agent binding); `None` uses the CLI's own
+    /// default endpoint.
+    pub endpoint: Option<Binding>,
+    /// The endpoint's key (the value of the binding's `key_env`).
+    pub key: Option<String>,
+}
+
+impl Local {
+    /// The mounts every turn of this harness needs: its home (read-write) and its install.
+    fn mounts(&self) -> Vec<Mount> {
+        let mut mounts = vec![Mount {
+            path: self.home.clone(),
+            writable: true,
+        }];
+        // The install directory: the package the CLI resolves into (a node_modules tree).
+        let real = std::fs::canonicalize(&self.program).unwrap_or_else(|_| self.program.clone());
+        let install = real
+            .ancestors()
+            .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+            .or(real.parent())
+            .map(Path::to_path_buf);
+        mounts.extend(install.map(|path| Mount {
+            path,
+            writable: false,
+        }));
+        mounts
+    }
+
+    /// The turn's model: its own setting, else the endpoint's.
+    fn model<'a>(&'a self, turn: &'a Turn<'_>) -> Option<&'a str> {
+        (turn.settings.model.as_deref()).or(self.endpoint.as_ref().map(|b| b.model.as_str()))
+    }
+
+    /// The turn's base environment with `HOME` set to the harness's own directory, so nothing
+    /// of the operator's own configuration is read or written.
+    fn env(&self, turn: &Turn<'_>) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = (turn.env.iter())
+            .filter(|(k, _)| k != "HOME")
+            .cloned()
+            .collect();
+        env.push(("HOME".into(), self.home.to_string_lossy().into_owned()));
+        env
+    }
+}
+
+/// The harness of `kind` for a run.
+pub fn local(kind: HarnessKind, setup: Local) -> Box<dyn Harness> {
+    match kind {
+        HarnessKind::Claude => Box::new(claude::Claude::new(setup)),
+    }
+}
+
+/// The text of a long prompt that cannot go on the command line: a pointer to its file.
+fn prompt_arg(turn: &Turn<'_>) -> String {
+    if turn.prompt.len() <= command::PROMPT_ENV_MAX {
+        turn.prompt.to_string()
+    } else {
+        format!(
+            "Your task is too long for the command line: read the file {} and do what it says.",
+            turn.prompt_file.display()
+        )
+    }
 }

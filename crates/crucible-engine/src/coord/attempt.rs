@@ -3,7 +3,7 @@
 //! route a decision model decides, and a report's delivery. Each runs on its own tokio task and
 //! touches no coordinator state.
 
-use super::{Ctx, Report};
+use super::{Agents, Ctx, Report};
 use crate::asks;
 use crate::files::StagedSet;
 use crate::graph::route;
@@ -11,7 +11,7 @@ use crate::proc::{self, Abort, Deadline, Ended};
 use crate::report;
 use crate::taskio::{self, Graded};
 use crucible_agent::decision::AskError;
-use crucible_agent::harness::{Harness, Progress, Session, Turn};
+use crucible_agent::harness::{Harness, HarnessKind, Progress, Session, Turn};
 use crucible_agent::spawn::Spawn;
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::Repair;
@@ -99,8 +99,15 @@ pub(super) async fn run(
             name: name.clone(),
             id: format!("{}-{name}", ctx.run_id),
         });
+        let harness = match &ctx.agents {
+            Agents::Command(h) => h.clone(),
+            Agents::Local(by_kind) => {
+                let name = settings.harness.as_deref().unwrap_or_default();
+                let kind = HarnessKind::parse(name).expect("admission parsed it");
+                by_kind[&kind].clone()
+            }
+        };
         env.extend(ctx.agent_env.iter().cloned());
-        let harness = ctx.harness.clone().expect("admission requires a backend");
         Some((harness, prompt, prompt_file, settings, session))
     } else {
         None

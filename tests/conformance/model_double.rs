@@ -1,0 +1,288 @@
+//! A scripted model endpoint on loopback for the real agent CLIs (design/AGENT-HARNESSES.md):
+//! a real HTTP/1.1 server speaking each wire protocol's streaming form (Anthropic Messages SSE
+//! here), stateless, so resumes and the CLIs' side requests need no bookkeeping:
+//!
+//! - the task's prompt carries a script, `SCRIPT:{json}` on one line: `write` (files to write
+//!   on a first turn, path → content), `repair` (the same, on a repair turn), `bash` (a command
+//!   the first turn runs beside its writes), `fail` (an HTTP
+//!   status every model call answers with), `delay_ms` (held before answering);
+//! - a write tool offered and a script found → one write call per file until they are all in
+//!   the workspace ([`decide`]); anything else → a short text.
+//!
+//! Every model call is recorded (key header, body) for the test to read.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One request the model received.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// `x-api-key`, or the bearer of `authorization`.
+    pub key: Option<String>,
+    pub body: Value,
+}
+
+pub struct ModelDouble {
+    port: u16,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+/// Input and output tokens every answer reports.
+pub const USAGE: (u64, u64) = (1000, 50);
+
+impl ModelDouble {
+    pub fn start() -> ModelDouble {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || serve(stream, &log));
+            }
+        });
+        ModelDouble { port, seen }
+    }
+
+    /// The endpoint's base URL (with `/v1`).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The model calls (not preflights or side requests) whose text carries a script.
+    pub fn scripted_calls(&self) -> Vec<Seen> {
+        self.requests()
+            .into_iter()
+            .filter(|s| script(&s.body).is_some())
+            .collect()
+    }
+}
+
+/// The `SCRIPT:{...}` a request's messages carry, if any.
+pub fn script(body: &Value) -> Option<Value> {
+    let text = body.get("messages")?.to_string();
+    let at = text.rfind("SCRIPT:")? + "SCRIPT:".len();
+    // The JSON is escaped inside the messages' JSON text: unescape one level by parsing.
+    let rest = &text[at..];
+    let end = rest.find("\\n").unwrap_or(rest.len());
+    let raw: String = serde_json::from_str(&format!("\"{}\"", &rest[..end])).ok()?;
+    serde_json::from_str(&raw).ok()
+}
+
+/// Serves requests on one connection until it closes.
+fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
+    let Ok(read) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(read);
+    let mut out = stream;
+    loop {
+        let Some((method, path, key, raw)) = read_request(&mut reader) else {
+            return;
+        };
+        if method == "HEAD" || method == "GET" {
+            let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            continue;
+        }
+        let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+        log.lock().unwrap().push(Seen {
+            key,
+            body: body.clone(),
+        });
+        let script = script(&body);
+        if let Some(ms) = script.as_ref().and_then(|s| s["delay_ms"].as_u64()) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        if path.contains("count_tokens") {
+            reply_json(&mut out, 200, &json!({"input_tokens": USAGE.0}));
+            continue;
+        }
+        if let Some(status) = script.as_ref().and_then(|s| s["fail"].as_u64()) {
+            let error = json!({"type": "error", "error": {"type": "api_error", "message": "scripted failure"}});
+            reply_json(&mut out, status as u16, &error);
+            return;
+        }
+        if path.starts_with("/v1/messages") {
+            messages(&mut out, &body, script.as_ref());
+        } else {
+            reply_json(&mut out, 404, &json!({"error": "not scripted"}));
+        }
+        return;
+    }
+}
+
+/// Reads one request: method, path, key, body (by `Content-Length` or chunked).
+fn read_request(
+    reader: &mut BufReader<TcpStream>,
+) -> Option<(String, String, Option<String>, Vec<u8>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let path = parts.next()?.to_string();
+    let (mut length, mut chunked, mut key) = (0, false, None);
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.parse().ok()?,
+            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+            "x-api-key" => key = Some(value.to_string()),
+            "authorization" => key = Some(value.trim_start_matches("Bearer ").to_string()),
+            _ => {}
+        }
+    }
+    let mut raw = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            reader.read_line(&mut line).ok()?;
+            let size = usize::from_str_radix(line.trim(), 16).ok()?;
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                break;
+            }
+            raw.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        raw.resize(length, 0);
+        reader.read_exact(&mut raw).ok()?;
+    }
+    Some((method, path, key, raw))
+}
+
+fn reply_json(out: &mut TcpStream, status: u16, body: &Value) {
+    let body = body.to_string();
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// An SSE stream of `(event, data)` pairs; the connection closes after it.
+fn reply_sse(out: &mut TcpStream, events: &[(&str, Value)]) {
+    let mut text = String::new();
+    for (event, data) in events {
+        text.push_str(&format!("event: {event}\ndata: {data}\n\n"));
+    }
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n{text}"
+    );
+    let _ = out.flush();
+}
+
+/// A number no earlier answer used: call ids must differ across a resumed conversation.
+fn fresh() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+}
+
+/// What a model call should do.
+enum Answer {
+    Text(String),
+    /// Write these files (path → content), and run this command.
+    Work(Vec<(String, String)>, Option<String>),
+}
+
+/// The rule, stateless in the server: a turn is done once every file its script writes is in
+/// the workspace with the scripted content (the engine takes the result file away after each
+/// turn, so each new turn writes it again); until then it writes them, when a write tool is
+/// offered. Anything else gets a short text. Histories are not read: the CLIs merge and reorder
+/// them on resume.
+fn decide(script: Option<&Value>, cwd: &str, repair: bool, can_write: bool) -> Answer {
+    let Some(s) = script.filter(|_| can_write) else {
+        return Answer::Text("Done.".into());
+    };
+    let files = &s[if repair { "repair" } else { "write" }];
+    let files: Vec<(String, String)> = (files.as_object().into_iter().flatten())
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let done = files.iter().all(|(path, content)| {
+        std::fs::read_to_string(std::path::Path::new(cwd).join(path))
+            .ok()
+            .as_deref()
+            == Some(content.as_str())
+    });
+    let bash = s["bash"].as_str().filter(|_| !repair).map(str::to_string);
+    if done {
+        Answer::Text("Done.".into())
+    } else {
+        Answer::Work(files, bash)
+    }
+}
+
+/// Anthropic Messages (`POST /v1/messages`, streamed).
+fn messages(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = msgs.last().cloned().unwrap_or(Value::Null);
+    let repair = last["content"].to_string().contains("# Repair");
+    let can_write = (body["tools"].as_array().into_iter().flatten()).any(|t| t["name"] == "Write");
+    // Write wants an absolute path: the workspace is in the system prompt.
+    let system = body["system"].to_string();
+    let cwd = system
+        .find("Primary working directory: ")
+        .map(|at| &system[at + "Primary working directory: ".len()..])
+        .map(|rest| rest.split("\\n").next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    let model = body["model"].as_str().unwrap_or("scripted").to_string();
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_scripted", "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": null, "usage": {"input_tokens": USAGE.0, "output_tokens": 1}}}),
+    )];
+    let stop = match decide(script, &cwd, repair, can_write) {
+        Answer::Text(text) => {
+            events.push(("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
+            events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})));
+            events.push((
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ));
+            "end_turn"
+        }
+        Answer::Work(files, bash) => {
+            let calls = (files.iter())
+                .map(|(path, content)| {
+                    (
+                        "Write",
+                        json!({"file_path": format!("{cwd}/{path}"), "content": content}),
+                    )
+                })
+                .chain(bash.map(|command| {
+                    (
+                        "Bash",
+                        json!({"command": command, "description": "scripted"}),
+                    )
+                }));
+            for (i, (tool, input)) in calls.enumerate() {
+                events.push(("content_block_start", json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": format!("toolu_{}_{i}", fresh()), "name": tool, "input": {}}})));
+                events.push(("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}})));
+                events.push((
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": i}),
+                ));
+            }
+            "tool_use"
+        }
+    };
+    events.push(("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": USAGE.1}})));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    reply_sse(out, &events);
+}
