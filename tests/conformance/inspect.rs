@@ -322,3 +322,33 @@ fn manifest_result_applies_where_the_source_names_none() {
             "disagrees with the manifest's [workflow].result",
         ));
 }
+
+// RFC-0002:C-PLAYBOOK-PARAMS: a supplied value violating its declared constraint is rejected
+// before compilation: the source, which fails whenever it is evaluated, is never evaluated.
+#[test]
+fn a_value_breaking_its_constraint_is_rejected_before_compilation() {
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        "workflow.star",
+        r#"params = {"n": {"type": "integer", "maximum": 5, "default": 1}}
+fail("the source was evaluated")
+"#,
+    );
+    let file = d.path().join("workflow.star");
+    let compile = |value: &str| {
+        crucible()
+            .args(["plan", "compile", "--file"])
+            .arg(&file)
+            .args(["--param", value])
+            .output()
+            .unwrap()
+    };
+    let bad = compile("n=9");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("parameter `n`: 9 is outside"), "{stderr}");
+    assert!(!stderr.contains("the source was evaluated"), "{stderr}");
+    let good = compile("n=2");
+    assert!(String::from_utf8_lossy(&good.stderr).contains("the source was evaluated"));
+}

@@ -168,3 +168,56 @@ fn required_declared_skip_invalidates() {
         (Some("error"), Some("invalid"))
     );
 }
+
+// RFC-0002:C-SETTLED-JOIN: "status": "pass" never widens a settlement: not over a nonzero exit,
+// not over a threshold the score misses, not over `"pass": false`.
+#[test]
+fn status_pass_never_widens_a_failure() {
+    let eval = |name: &str, out: &str, extra: &str| {
+        format!(
+            "[[workflow.task]]\nname = \"{name}\"\nkind = \"evaluate\"\nrun = '''echo '{out}' '''\nrequired = false\n{extra}\n"
+        )
+    };
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        command(
+            "exited",
+            r#"echo '{"status": "pass"}'; exit 4"#,
+            "required = false"
+        ),
+        eval(
+            "missed",
+            r#"{"score": 0.9, "status": "pass"}"#,
+            "threshold = 0.5\ndirection = \"lower\""
+        ),
+        eval("vetoed", r#"{"pass": false, "status": "pass"}"#, "")
+    ));
+    assert_eq!(p.run(&[]).code, 0);
+    for task in ["exited", "missed", "vetoed"] {
+        assert_eq!(p.row(task)["status"], "fail", "{task}: {}", p.row(task));
+    }
+    assert!(p.row("exited")["note"]
+        .as_str()
+        .unwrap()
+        .starts_with("exit 4"));
+}
+
+// RFC-0002:C-PLAYBOOK-PARAMS: command and evaluate tasks get the bound values under the reserved
+// input "params", each with its declared type; defaults fill what the launch leaves out.
+#[test]
+fn command_and_evaluate_tasks_get_params() {
+    let p = crate::fanout::star(
+        r#"params = {"topic": {"type": "string", "default": "slag"}, "n": {"type": "integer", "default": 3}, "tags": {"type": "list", "default": []}}
+c = command(name = "c", run = "python3 $PACK/save.py")
+e = evaluate(name = "e", run = "python3 $PACK/save.py")
+workflow([c, e])
+"#,
+    );
+    let r = p.run(&["--param", "topic=rust", "--param", "tags=a,b"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let expected = json!({"topic": "rust", "n": 3, "tags": ["a", "b"]});
+    for task in ["c", "e"] {
+        let saved = p.saved(task);
+        assert_eq!(saved["params"], expected, "{task}: {saved}");
+    }
+}

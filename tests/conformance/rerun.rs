@@ -380,3 +380,71 @@ fn an_interrupted_rerun_resumes_on_top_of_its_replayed_commits() {
     }
     p.shutdown();
 }
+
+// RFC-0002:C-PLAYBOOK-RERUN: `plan_admitted` carries each task's definition digest, the one
+// `plan show` prints; it covers the compiled task and its dependencies' digests, so editing a
+// task changes its own and its dependents' digests and no other.
+#[test]
+fn plan_admitted_carries_each_definition_digest() {
+    let p = crate::fanout::star(
+        r#"a = command(name = "a", run = "echo '{}'")
+b = command(name = "b", run = "echo '{}'", depends_on = [a])
+c = command(name = "c", run = "echo '{}'")
+workflow([a, b, c])
+"#,
+    );
+    let digests = |p: &Pack| -> std::collections::BTreeMap<String, String> {
+        let r = p.run(&[]);
+        assert_eq!(r.code, 0, "{r:?}");
+        let admitted = p
+            .log()
+            .into_iter()
+            .find(|l| l["kind"] == "plan_admitted")
+            .expect("a plan_admitted line");
+        let logged: std::collections::BTreeMap<String, String> = admitted["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["digest"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let manifest = p
+            .path()
+            .join("crucible.toml")
+            .to_string_lossy()
+            .into_owned();
+        let show = p
+            .command(&["plan".into(), "show".into(), "--manifest".into(), manifest])
+            .run();
+        for (name, digest) in &logged {
+            assert!(
+                show.stdout.contains(&format!("  {digest} {name}\n")),
+                "{name} {digest}: {}",
+                show.stdout
+            );
+        }
+        logged
+    };
+    let before = digests(&p);
+    assert_eq!(before.len(), 3);
+    assert!(before.values().all(|d| !d.is_empty()));
+    p.file(
+        "workflow.star",
+        r#"a = command(name = "a", run = "echo '{\"v\": 2}'")
+b = command(name = "b", run = "echo '{}'", depends_on = [a])
+c = command(name = "c", run = "echo '{}'")
+workflow([a, b, c])
+"#,
+    );
+    let after = digests(&p);
+    assert_ne!(before["a"], after["a"]);
+    assert_ne!(
+        before["b"], after["b"],
+        "a dependent's digest covers its dependency's"
+    );
+    assert_eq!(before["c"], after["c"]);
+}

@@ -323,3 +323,48 @@ workflow([draft, review])
     assert_eq!(shutdown["outcome"], "budget");
     assert_eq!(shutdown["ceiling"], "wall_clock");
 }
+
+// RFC-0002:C-REVISE-LOOP: the admitted-plan event carries a reviewer's targets under "revise",
+// a string for one and a list in order for several, and its bound under "max_rounds"; every
+// other task carries "" and 0.
+#[test]
+fn the_admitted_plan_carries_revise_and_max_rounds() {
+    let p = star(
+        r#"a = command(name = "a", run = "echo '{}'")
+one = command(name = "one", run = "echo '{}'", depends_on = [a], revise = [a], max_rounds = 3)
+b = command(name = "b", run = "echo '{}'")
+c = command(name = "c", run = "echo '{}'")
+two = command(name = "two", run = "echo '{}'", depends_on = [c, b], revise = [c, b], max_rounds = 2)
+workflow([a, one, b, c, two])
+"#,
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let admitted = p
+        .log()
+        .into_iter()
+        .find(|l| l["kind"] == "plan_admitted")
+        .expect("a plan_admitted line");
+    let carried: Vec<(String, serde_json::Value, u64)> = admitted["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["revise"].clone(),
+                t["max_rounds"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        carried,
+        vec![
+            ("a".into(), json!(""), 0),
+            ("one".into(), json!("a"), 3),
+            ("b".into(), json!(""), 0),
+            ("c".into(), json!(""), 0),
+            ("two".into(), json!(["c", "b"]), 2),
+        ]
+    );
+}
