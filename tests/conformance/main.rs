@@ -23,6 +23,7 @@ mod live;
 mod mapped_files;
 mod model_routes;
 mod one_engine;
+mod readback;
 mod repair;
 mod reports;
 mod rerun;

@@ -15,6 +15,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    ignore_sigxfsz();
     let cli = Cli::parse();
     if !matches!(&cli.command, Command::Plan(p) if matches!(**p, PlanCommand::Run(_) | PlanCommand::Rerun(_)))
     {
@@ -41,6 +42,18 @@ fn main() -> ExitCode {
             );
             ExitCode::from(1)
         }
+    }
+}
+
+/// Under a file-size limit (`ulimit -f`) a write past it raises SIGXFSZ, which kills by
+/// default: the engine would die mid-run with no shutdown line. Ignored, the write fails with
+/// EFBIG instead and the engine reports it like any other failed write (issue 11 item 6).
+/// Tasks inherit the disposition, so their own writes past the limit fail the same way.
+fn ignore_sigxfsz() {
+    // SAFETY: called once at start-up, before any other thread exists; SIG_IGN is a valid
+    // disposition for SIGXFSZ.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
 

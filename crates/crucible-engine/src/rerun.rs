@@ -92,7 +92,7 @@ pub fn load(
     select: &[String],
 ) -> Result<Parent, RunError> {
     let refuse = |m: String| RunError::refused(format!("cannot rerun from run {parent}: {m}"));
-    let dir = state::runs_dir(state_dir).join(parent);
+    let dir = state::run_dir(state_dir, parent).map_err(&refuse)?;
     if !dir.is_dir() {
         return Err(refuse(format!("no such run in {}", state_dir.display())));
     }

@@ -5,7 +5,7 @@
 
 use crate::{files, git, state, RunError, RunRequest, RunSummary};
 use crucible_plan::wire::{
-    decode_line, decode_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
+    decode_line, decode_own_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
 };
 use crucible_plan::Status;
 use std::fs::File;
@@ -39,7 +39,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
         ))
     })?;
     let lines =
-        decode_log(&text).map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
+        decode_own_log(&text).map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
     let (mut torn, mut unterminated) = (None, false);
     if !text.is_empty() && !text.ends_with('\n') {
         let cut = text.rfind('\n').map_or(0, |i| i + 1);
@@ -179,7 +179,12 @@ pub fn reopen(
         ))
     })?;
     let run_id = current.trim().to_string();
-    let run_dir = state::runs_dir(state_dir).join(&run_id);
+    let run_dir = state::run_dir(state_dir, &run_id).map_err(|e| {
+        RunError::refused(format!(
+            "cannot resume: {} holds no run id: {e}",
+            state_dir.join("current").display()
+        ))
+    })?;
     let path = run_dir.join("session.jsonl");
     let log = read_log(&path)?;
     check_identity(req, &log.start, max_cost)?;

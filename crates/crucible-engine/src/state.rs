@@ -33,9 +33,29 @@ pub fn runs_dir(state: &Path) -> PathBuf {
     state.join("runs")
 }
 
+/// Whether `id` is a run id as [`new_run_id`] writes it: a UUID, lower-case and hyphenated.
+/// Anything else (`../../../../etc` in `current`, a `--parent` path) names no run.
+pub fn is_run_id(id: &str) -> bool {
+    uuid::Uuid::try_parse(id).is_ok_and(|u| u.hyphenated().to_string() == id)
+}
+
+/// `runs/<id>/` of a valid run id; every path to a run's directory is built here, so a run id
+/// read from `current`, the command line or a directory listing can never leave `runs/`.
+pub fn run_dir(state: &Path, id: &str) -> Result<PathBuf, String> {
+    if is_run_id(id) {
+        Ok(runs_dir(state).join(id))
+    } else {
+        Err(format!(
+            "{:?} is not a run id (a run id is a UUID such as {})",
+            id,
+            new_run_id()
+        ))
+    }
+}
+
 /// Creates `runs/<id>/` with its `files/` directory; `memory/` is made by the workspace setup.
 pub fn create_run_dir(state: &Path, id: &str) -> io::Result<PathBuf> {
-    let dir = runs_dir(state).join(id);
+    let dir = run_dir(state, id).map_err(io::Error::other)?;
     std::fs::create_dir_all(dir.join("files"))?;
     Ok(dir)
 }
@@ -76,6 +96,7 @@ pub fn list_runs(state: &Path) -> io::Result<Vec<RunListing>> {
             .flatten()
             .filter(|e| e.path().is_dir())
             .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|id| is_run_id(id))
             .collect(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
@@ -110,6 +131,19 @@ pub fn list_runs(state: &Path) -> io::Result<Vec<RunListing>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_uuids_are_run_ids() {
+        assert!(is_run_id(&new_run_id()));
+        for bad in [
+            "../../../../etc",
+            "",
+            "x",
+            "0192A3B4-0000-7000-8000-000000000000",
+        ] {
+            assert!(run_dir(Path::new("state"), bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn run_ids_sort_by_start() {

@@ -53,11 +53,45 @@ pub fn last_line(stdout: &[u8]) -> Option<String> {
         .map(|l| l.trim().to_string())
 }
 
-/// The last stdout line as a JSON object, if it is one.
+/// The last stdout line as a JSON object, if it is one within the bounds.
 fn last_object(stdout: &[u8]) -> Option<Value> {
-    last_line(stdout)
-        .and_then(|l| serde_json::from_str::<Value>(&l).ok())
-        .filter(Value::is_object)
+    read_result(stdout).ok()
+}
+
+/// The task's output: the last stdout line as a JSON object, read under the bounds every
+/// logged row keeps (`wire::MAX_RESULT_BYTES`, `wire::MAX_OUTPUT_DEPTH`), so that the row the
+/// engine writes can always be read back. Errs with the failure note.
+fn read_result(stdout: &[u8]) -> Result<Value, String> {
+    use crucible_plan::wire::{json_depth, MAX_OUTPUT_DEPTH, MAX_RESULT_BYTES};
+    let Some(line) = last_line(stdout) else {
+        return Err("no output: expected a JSON result on the last stdout line".into());
+    };
+    // The engine keeps only a stream's tail, so a longer line may already be cut: it is
+    // reported as over the bound, never as malformed.
+    if line.len() > MAX_RESULT_BYTES {
+        return Err(format!(
+            "the last stdout line is over the bound of {MAX_RESULT_BYTES} bytes for a result"
+        ));
+    }
+    let value = match serde_json::from_str::<Value>(&line) {
+        Ok(v) => v,
+        Err(e) if e.to_string().contains("recursion limit") => {
+            return Err(format!(
+                "the output nests deeper than the bound of {MAX_OUTPUT_DEPTH} levels"
+            ))
+        }
+        Err(_) => return Err("last stdout line is not JSON".into()),
+    };
+    if !value.is_object() {
+        return Err("last stdout line is not a JSON object".into());
+    }
+    let depth = json_depth(&value);
+    if depth > MAX_OUTPUT_DEPTH {
+        return Err(format!(
+            "the output nests {depth} deep, over the bound of {MAX_OUTPUT_DEPTH} levels"
+        ));
+    }
+    Ok(value)
 }
 
 fn own_note(output: Option<&Value>) -> Option<String> {
@@ -88,18 +122,10 @@ pub fn grade_exit(task: &Task, code: Option<i32>, stdout: &[u8], stderr: &[u8]) 
         let output = output.map(|o| normalize_eval(task, o, false));
         return apply_status_field(Graded::fail(note, output.clone()), output.as_ref());
     }
-    let Some(line) = last_line(stdout) else {
-        return Graded::fail(
-            "no output: expected a JSON result on the last stdout line",
-            None,
-        );
+    let value = match read_result(stdout) {
+        Ok(v) => v,
+        Err(note) => return Graded::fail(note, None),
     };
-    let Ok(value) = serde_json::from_str::<Value>(&line) else {
-        return Graded::fail("last stdout line is not JSON", None);
-    };
-    if !value.is_object() {
-        return Graded::fail("last stdout line is not a JSON object", None);
-    }
     let graded = if task.kind == crucible_plan::TaskKind::Evaluate {
         grade_evaluate(task, value)
     } else {

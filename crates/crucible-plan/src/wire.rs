@@ -265,10 +265,48 @@ pub struct DecodeError {
     pub message: String,
 }
 
-/// Decodes a whole log. Blank lines and unknown kinds are skipped; a torn (unparseable) last
-/// line without a trailing newline is tolerated; any other malformed line is refused with its
-/// line number.
+/// The deepest task output the engine records, in JSON nesting levels. A row wraps the output
+/// and consumers' entries wrap it again, and JSON readers (serde_json among them) stop at 128
+/// levels: an output deeper than this is refused at capture, and a row holding one is refused
+/// when read, so every row the engine writes can be read back (issue 11 item 6).
+pub const MAX_OUTPUT_DEPTH: usize = 64;
+
+/// The largest result line (the last stdout line holding a task's output) the engine reads, in
+/// bytes. A longer line is refused at capture as over this bound.
+pub const MAX_RESULT_BYTES: usize = 512 << 10;
+
+/// How deeply `v` nests: a scalar is 1, `[1]` is 2. Iterative, so any input is safe.
+pub fn json_depth(v: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(v, 1)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|x| (x, d + 1))),
+            Value::Object(o) => stack.extend(o.values().map(|x| (x, d + 1))),
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+    }
+    deepest
+}
+
+/// Decodes a whole log for a reader outside the engine (`crucible runs`, tools). Blank lines
+/// and unknown kinds are skipped; a torn (unparseable) last line without a trailing newline is
+/// tolerated; any other malformed line is refused with its line number.
 pub fn decode_log(text: &str) -> Result<Vec<Line>, DecodeError> {
+    decode(text, false)
+}
+
+/// Decodes a log this engine wrote, to fold it back (resume, rerun): as [`decode_log`], but a
+/// row the engine could not have written is refused with its line number rather than skipped
+/// or folded. The engine writes only the kinds it knows, and one `task_result` per task: an
+/// unknown kind, or a second row for a task already settled, was put there by someone else.
+pub fn decode_own_log(text: &str) -> Result<Vec<Line>, DecodeError> {
+    decode(text, true)
+}
+
+fn decode(text: &str, own: bool) -> Result<Vec<Line>, DecodeError> {
+    let mut settled = std::collections::HashSet::new();
     let mut out = Vec::new();
     let ends_clean = text.ends_with('\n');
     let lines: Vec<&str> = text.split('\n').collect();
@@ -277,8 +315,27 @@ pub fn decode_log(text: &str) -> Result<Vec<Line>, DecodeError> {
         if raw.trim().is_empty() {
             continue;
         }
+        let refuse = |message: String| DecodeError {
+            line: i + 1,
+            message,
+        };
         match decode_line(raw) {
-            Ok(Some(line)) => out.push(line),
+            Ok(Some(line)) => {
+                if let Event::TaskResult(r) = &line.event {
+                    if own && !settled.insert(r.task.clone()) {
+                        return Err(refuse(format!(
+                            "a second task_result for `{}`, which an earlier line settled",
+                            r.task
+                        )));
+                    }
+                }
+                out.push(line)
+            }
+            Ok(None) if own => {
+                return Err(refuse(
+                    "a kind this engine does not write: the log was not written by it alone".into(),
+                ))
+            }
             Ok(None) => {}
             Err(_) if i == last && !ends_clean => {} // torn by a crash mid-write
             Err(message) => {
@@ -322,6 +379,17 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
         return Ok(None);
     }
     let event: Event = serde_json::from_value(v).map_err(|e| format!("bad `{kind}`: {e}"))?;
+    if let Event::TaskResult(TaskResult {
+        output: Some(o), ..
+    }) = &event
+    {
+        let depth = json_depth(o);
+        if depth > MAX_OUTPUT_DEPTH {
+            return Err(format!(
+                "the output nests {depth} deep, over the bound of {MAX_OUTPUT_DEPTH}"
+            ));
+        }
+    }
     Ok(Some(Line { ts, event }))
 }
 
@@ -366,5 +434,31 @@ mod tests {
     fn unknown_kinds_are_skipped() {
         let log = "{\"v\":1,\"kind\":\"note\",\"ts\":\"t\",\"msg\":\"hi\"}\n";
         assert!(decode_log(log).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_engine_refuses_rows_it_could_not_have_written() {
+        let good = encode(&shutdown(), "t");
+        let unknown = format!("{good}\n{{\"v\":1,\"kind\":\"note\",\"ts\":\"t\"}}\n");
+        assert_eq!(decode_own_log(&unknown).unwrap_err().line, 2);
+        let row = encode(&Event::TaskResult(TaskResult::new("a", Status::Pass)), "t");
+        let twice = format!("{row}\n{good}\n{row}\n");
+        assert_eq!(decode_log(&twice).unwrap().len(), 3);
+        let err = decode_own_log(&twice).unwrap_err();
+        assert_eq!(err.line, 3);
+        assert!(
+            err.message.contains("second task_result"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn depth_is_counted_without_recursion() {
+        assert_eq!(json_depth(&serde_json::json!(1)), 1);
+        assert_eq!(json_depth(&serde_json::json!({"a": [1, {"b": []}]})), 4);
+        let deep: Value =
+            serde_json::from_str(&format!("{}{}", "[".repeat(100), "]".repeat(100))).unwrap();
+        assert_eq!(json_depth(&deep), 100);
     }
 }
