@@ -148,7 +148,7 @@ fn file_size_limit_fails_the_write_instead_of_killing_the_engine() {
     let args = p.run_args(&[]);
     let out = Command::new("sh")
         .arg("-c")
-        .arg(format!("ulimit -f 16; exec \"$0\" \"$@\""))
+        .arg("ulimit -f 16; exec \"$0\" \"$@\"")
         .arg(crate::support::BIN)
         .args(&args)
         .current_dir(p.path())
