@@ -46,7 +46,7 @@ pub fn run_dir(state: &Path, id: &str) -> Result<PathBuf, String> {
         Ok(runs_dir(state).join(id))
     } else {
         Err(format!(
-            "{:?} is not a run id (a run id is a UUID such as {})",
+            "no such run: {:?} is not a run id (a run id is a UUID such as {})",
             id,
             new_run_id()
         ))
