@@ -209,3 +209,35 @@ fn tables_the_engine_does_not_apply_are_named_by_check_and_run() {
         );
     }
 }
+
+// The operator's settings `plan run` refuses before any work (a malformed bound or series
+// history in the environment) are findings of `check`, with the same reason.
+#[test]
+fn check_refuses_the_operator_settings_plan_run_refuses() {
+    for (var, value, reason) in [
+        (
+            "CRUCIBLE_MAX_ASKS",
+            "many",
+            "CRUCIBLE_MAX_ASKS: \"many\" is not a whole number",
+        ),
+        (
+            "CRUCIBLE_HISTORY_MAX_BYTES",
+            "lots",
+            "CRUCIBLE_HISTORY_MAX_BYTES:",
+        ),
+        ("CRUCIBLE_HISTORY", "not json", "CRUCIBLE_HISTORY:"),
+    ] {
+        let p = Pack::playbook(MARK);
+        let c = p.check().env(var, value).run();
+        assert_eq!(c.code, 1, "{var}: {c:?}");
+        assert!(
+            c.stderr.contains(&format!("error[launch]: {reason}")),
+            "{var}: {}",
+            c.stderr
+        );
+        let r = p.command(&p.run_args(&[])).env(var, value).run();
+        assert_eq!(r.code, 1, "{var}: {r:?}");
+        assert!(r.stderr.contains(reason), "{var}: {}", r.stderr);
+        assert!(!p.path().join("ran").exists(), "{var}: dispatched");
+    }
+}

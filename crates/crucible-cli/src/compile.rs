@@ -248,7 +248,10 @@ fn print_table(plan: &Plan) {
     }
 }
 
-fn print_deadlines(plan: &Plan) {
+/// Prints the ceilings, deadlines and the operator's bounds; returns each operator setting
+/// `plan run` would refuse (a malformed environment variable).
+fn print_deadlines(plan: &Plan) -> Vec<String> {
+    let mut problems = Vec::new();
     println!("ceilings and deadlines:");
     println!("  --max-cost USD and --max-time DUR are required at launch; a pack cannot set them");
     println!("  a task timeout longer than --max-time is refused before any dispatch");
@@ -279,11 +282,16 @@ fn print_deadlines(plan: &Plan) {
     );
     // RFC-0002:C-RUN-HISTORY: the bound is discoverable before a run starts.
     match crate::run::history_bound() {
-        Ok(b) => println!(
-            "  history: at most {b} bytes per task ({})",
-            crucible_engine::history::HISTORY_MAX_BYTES_ENV
-        ),
-        Err(e) => eprintln!("warning: {e}"),
+        Ok(b) => {
+            println!(
+                "  history: at most {b} bytes per task ({})",
+                crucible_engine::history::HISTORY_MAX_BYTES_ENV
+            );
+            if let Err(e) = crate::run::launch_history() {
+                problems.push(e.to_string());
+            }
+        }
+        Err(e) => problems.push(e.to_string()),
     }
     // RFC-0002:C-ASKS: the bound is discoverable before a run starts.
     match crate::run::asks_bound() {
@@ -291,7 +299,7 @@ fn print_deadlines(plan: &Plan) {
             "  asks: at most {n} per run ({})",
             crucible_engine::asks::MAX_ASKS_ENV
         ),
-        Err(e) => eprintln!("warning: {e}"),
+        Err(e) => problems.push(e.to_string()),
     }
     // RFC-0002:C-REPORTS: the operator's report bounds, and whether a destination is set.
     match crate::run::report_config() {
@@ -305,8 +313,9 @@ fn print_deadlines(plan: &Plan) {
                 "not configured"
             }
         ),
-        Err(e) => eprintln!("warning: {e}"),
+        Err(e) => problems.push(e.to_string()),
     }
+    problems
 }
 
 pub fn show(a: &ShowArgs) -> Result<ExitCode> {
@@ -348,7 +357,9 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_table(&plan);
-    print_deadlines(&plan);
+    for e in print_deadlines(&plan) {
+        eprintln!("warning: {}", escape(&e));
+    }
     // A malformed binding is check's and run's to report; here it only adds no capability.
     let inference = crate::run::inference_bindings().unwrap_or_default();
     let caps = crate::run::substrate_caps(&a.caps, &inference);
@@ -443,7 +454,11 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             plan.tasks.len(),
             plan.workflow_type
         );
-        print_deadlines(plan);
+        // What `plan run` refuses of the operator's settings, before any work.
+        for e in print_deadlines(plan) {
+            eprintln!("error[launch]: {}", escape(&e));
+            findings += 1;
+        }
         match files_bound(a.max_files_bytes.as_deref()) {
             Ok(bound) => println!(
                 "  captured files: at most {bound} bytes per run (--{} or {})",

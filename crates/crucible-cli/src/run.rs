@@ -422,7 +422,7 @@ pub(crate) fn history_bound() -> Result<u64> {
 
 /// The launch series' earlier runs in `CRUCIBLE_HISTORY`, refused before any work when
 /// malformed; none when the run belongs to no series.
-fn launch_history() -> Result<History> {
+pub(crate) fn launch_history() -> Result<History> {
     let bound = history_bound()?;
     from_env(
         HISTORY_ENV,
