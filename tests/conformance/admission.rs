@@ -133,6 +133,12 @@ fn cases() -> Vec<Case> {
             reason: "workspace setup: [repo].path",
         },
         Case {
+            name: "a timeout above --max-time",
+            pack: || Pack::playbook(&format!("{MARK}[[workflow.task]]\nname = \"slow\"\nkind = \"command\"\nrun = \"true\"\ntimeout_secs = 120\n")),
+            flags: &["--max-time", "1m"],
+            reason: "task `slow` declares timeout 2m above --max-time 1m",
+        },
+        Case {
             name: "missing goal file",
             pack: || Pack::playbook(&format!("[agent]\ngoal_file = \"goal.md\"\n{MARK}")),
             flags: &[],

@@ -65,6 +65,12 @@ pub struct CheckArgs {
     /// The agent stand-in `plan run --agent-cmd` would be given (admission reads it).
     #[arg(long = "agent-cmd")]
     pub agent_cmd: Option<String>,
+    /// The `--harness` `plan run` would be given.
+    #[arg(long)]
+    pub harness: Option<String>,
+    /// The `--max-time` `plan run` would be given: a task timeout above it is a finding.
+    #[arg(long = "max-time", value_name = "DUR")]
+    pub max_time: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

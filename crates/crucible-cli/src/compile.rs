@@ -368,6 +368,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         inference: &inference,
         agent_cmd: a.agent_cmd.as_deref(),
         harness: None,
+        max_secs: None,
     };
     for n in manifest.not_applied() {
         println!("not applied: {}", escape(&n));
@@ -472,6 +473,16 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
         let inference = crate::run::inference_bindings().unwrap_or_default();
         let caps = crate::run::substrate_caps(&a.caps, &inference);
+        // `plan run` reads the harness without regard to case.
+        let harness = a.harness.as_deref().map(str::to_ascii_lowercase);
+        let max_secs = match a.max_time.as_deref().map(duration::parse).transpose() {
+            Ok(secs) => secs,
+            Err(e) => {
+                eprintln!("error[launch]: --max-time: {}", escape(&e.to_string()));
+                findings += 1;
+                None
+            }
+        };
         // RFC-0002:C-PLAYBOOK-CAPS: what the plan needs, what the run gives, and the verdict.
         println!("capabilities:");
         let needed: BTreeSet<&str> = plan
@@ -493,7 +504,8 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             caps: &caps,
             inference: &inference,
             agent_cmd: a.agent_cmd.as_deref(),
-            harness: None,
+            harness: harness.as_deref(),
+            max_secs,
         };
         match admission(plan, &m, sub) {
             Err(reasons) => {

@@ -4,8 +4,9 @@
 //! [`admission`] is the one admission function: `check`, `plan show` and `plan run` all call
 //! it, so what `check` refuses is what `plan run` refuses. It reads a [`ValidatedPlan`], so the
 //! compile-time rules (names, dependencies, cycles, stages) are never checked here again; it
-//! refuses what this engine cannot run honestly on this pack and this substrate. [`admit`] adds
-//! what only a launch has: its two ceilings.
+//! refuses what this engine cannot run honestly on this pack and this substrate (a task timeout
+//! above `--max-time` where the caller knows it). [`admit`] adds what only a launch has: both
+//! ceilings present and well-formed.
 
 use crate::graph::caps::{self, CapVerdict};
 use crate::{RunError, RunRequest};
@@ -26,6 +27,8 @@ pub struct Substrate<'a> {
     pub agent_cmd: Option<&'a str>,
     /// `--harness`: the harness of every agent task.
     pub harness: Option<&'a str>,
+    /// `--max-time`, where the caller has it: a task timeout above it is refused.
+    pub max_secs: Option<u64>,
 }
 
 /// A plan this engine can run on the substrate.
@@ -57,6 +60,16 @@ pub fn admission(
         refused.push("the plan has no tasks".into());
     }
     for t in &plan.tasks {
+        // RFC-0002:C-PLAYBOOK-BUDGET: a deadline never extends past the ceiling.
+        let over = |&s: &u64| sub.max_secs.is_some_and(|max| s > max);
+        if let (Some(s), Some(max)) = (t.timeout_secs.filter(over), sub.max_secs) {
+            refused.push(format!(
+                "task `{}` declares timeout {} above --max-time {}: a deadline never extends past the ceiling (RFC-0002:C-PLAYBOOK-BUDGET)",
+                t.name,
+                crucible_plan::duration::format(s),
+                crucible_plan::duration::format(max)
+            ));
+        }
         if let Err(e) = task_runs(t, sub) {
             refused.push(e);
         }
@@ -277,33 +290,20 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         inference: &req.inference,
         agent_cmd: req.agent_cmd.as_deref(),
         harness: req.harness.as_deref(),
+        max_secs: Some(max_secs),
     };
-    let mut refused = Vec::new();
-    let admission = admission(plan, &req.manifest, sub).map_err(|e| refused.extend(e));
-    for t in &plan.tasks {
-        // RFC-0002:C-PLAYBOOK-BUDGET: a deadline never extends past the ceiling.
-        if let Some(s) = t.timeout_secs.filter(|&s| s > max_secs) {
-            refused.push(format!(
-                "task `{}` declares timeout {} above --max-time {}: a deadline never extends past the ceiling (RFC-0002:C-PLAYBOOK-BUDGET)",
-                t.name,
-                crucible_plan::duration::format(s),
-                crucible_plan::duration::format(max_secs)
-            ));
-        }
-    }
-    match admission {
-        Ok(a) if refused.is_empty() => Ok(Admitted {
-            max_cost,
-            max_secs,
-            goal: a.goal,
-            agent_cmd: a.agent_cmd,
-            harnesses: a.harnesses,
-            graph: plan.graph().clone(),
-            truncating: a.caps.truncating,
-            cap_skipped: a.caps.skipped,
-        }),
-        _ => Err(RunError::refused(refused.join("\n  "))),
-    }
+    let a = admission(plan, &req.manifest, sub)
+        .map_err(|refused| RunError::refused(refused.join("\n  ")))?;
+    Ok(Admitted {
+        max_cost,
+        max_secs,
+        goal: a.goal,
+        agent_cmd: a.agent_cmd,
+        harnesses: a.harnesses,
+        graph: plan.graph().clone(),
+        truncating: a.caps.truncating,
+        cap_skipped: a.caps.skipped,
+    })
 }
 
 /// What of a route this engine decides: unmapped, from a source dependency or by the decision
@@ -455,7 +455,7 @@ mod tests {
     }
 
     #[test]
-    fn ceilings_and_timeouts_are_the_launch_s_own_refusals() {
+    fn ceilings_are_the_launch_s_own_and_bound_every_timeout() {
         let (_d, mut req) = request(vec![cmd("a", &[])]);
         req.max_secs = None;
         assert!(refusal(&req).contains("--max-time is required"));
