@@ -71,6 +71,9 @@ pub struct CheckArgs {
     /// The `--max-time` `plan run` would be given: a task timeout above it is a finding.
     #[arg(long = "max-time", value_name = "DUR")]
     pub max_time: Option<String>,
+    /// The `--state-dir` `plan run` would be given (default: `state` beside the manifest).
+    #[arg(long = "state-dir")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

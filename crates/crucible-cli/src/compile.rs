@@ -369,6 +369,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         agent_cmd: a.agent_cmd.as_deref(),
         harness: None,
         max_secs: None,
+        state_dir: None,
     };
     for n in manifest.not_applied() {
         println!("not applied: {}", escape(&n));
@@ -473,6 +474,8 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         }
         let inference = crate::run::inference_bindings().unwrap_or_default();
         let caps = crate::run::substrate_caps(&a.caps, &inference);
+        // `plan run`'s default state directory, unless the operator names another.
+        let state_dir = a.state_dir.clone().unwrap_or_else(|| m.dir.join("state"));
         // `plan run` reads the harness without regard to case.
         let harness = a.harness.as_deref().map(str::to_ascii_lowercase);
         let max_secs = match a.max_time.as_deref().map(duration::parse).transpose() {
@@ -506,6 +509,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             agent_cmd: a.agent_cmd.as_deref(),
             harness: harness.as_deref(),
             max_secs,
+            state_dir: Some(&state_dir),
         };
         match admission(plan, &m, sub) {
             Err(reasons) => {

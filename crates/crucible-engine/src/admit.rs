@@ -15,7 +15,7 @@ use crucible_agent::inference::Inference;
 use crucible_pack::LoadedManifest;
 use crucible_plan::{Graph, TaskKind, ValidatedPlan, WorkflowType};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What a launch brings to admission besides the pack.
 #[derive(Clone, Copy)]
@@ -29,6 +29,9 @@ pub struct Substrate<'a> {
     pub harness: Option<&'a str>,
     /// `--max-time`, where the caller has it: a task timeout above it is refused.
     pub max_secs: Option<u64>,
+    /// The state directory the run would keep, where the caller has it: it may not overlap the
+    /// workspace, which is rebuilt from scratch each run.
+    pub state_dir: Option<&'a Path>,
 }
 
 /// A plan this engine can run on the substrate.
@@ -102,6 +105,9 @@ pub fn admission(
     };
     if let Err(e) = crate::git::preflight(manifest) {
         refused.push(format!("workspace setup: {e}"));
+    }
+    if let Some(why) = sub.state_dir.and_then(|sd| overlap(manifest, sd)) {
+        refused.push(why);
     }
     if !refused.is_empty() {
         return Err(refused);
@@ -183,6 +189,22 @@ fn local_harnesses(
         true => Ok(out),
         false => Err(refused),
     }
+}
+
+/// Why the state directory and the workspace cannot both be used: one holds the other. A bad
+/// workspace directory is the preflight's to report.
+fn overlap(manifest: &LoadedManifest, state_dir: &Path) -> Option<String> {
+    let ws = crate::git::workspace_path(manifest).ok()?;
+    let (Ok(ws), Ok(sd)) = (std::path::absolute(&ws), std::path::absolute(state_dir)) else {
+        return Some("the state directory or the workspace has no absolute path".into());
+    };
+    (sd.starts_with(&ws) || ws.starts_with(&sd)).then(|| {
+        format!(
+            "the state directory {} and the workspace {} overlap: keep them apart",
+            sd.display(),
+            ws.display()
+        )
+    })
 }
 
 /// A goal file, read through the pack's confinement and the compiler's file-size bound.
@@ -291,6 +313,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         agent_cmd: req.agent_cmd.as_deref(),
         harness: req.harness.as_deref(),
         max_secs: Some(max_secs),
+        state_dir: Some(&req.state_dir),
     };
     let a = admission(plan, &req.manifest, sub)
         .map_err(|refused| RunError::refused(refused.join("\n  ")))?;

@@ -284,14 +284,7 @@ pub async fn execute(
     // Tasks run elsewhere (the workspace, a worktree): every path they are given is absolute.
     let ws = std::path::absolute(&ws).map_err(refused("workspace"))?;
     let state_dir = std::path::absolute(&req.state_dir).map_err(refused("state directory"))?;
-    if state_dir.starts_with(&ws) || ws.starts_with(&state_dir) {
-        // The workspace is rebuilt from scratch each run; neither may hold the other.
-        return Err(RunError::refused(format!(
-            "the state directory {} and the workspace {} overlap: keep them apart",
-            state_dir.display(),
-            ws.display()
-        )));
-    }
+    // Admission refused a state directory and a workspace that overlap.
     // One engine per state directory and workspace, from before either is touched to the end.
     let mut engine_lock = crate::lock::EngineLock::take(&state_dir)?;
     crate::lock::check_workspace(&ws, &state_dir)?;
