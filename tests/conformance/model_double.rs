@@ -4,7 +4,9 @@
 //!
 //! - the task's prompt carries a script, `SCRIPT:{json}` on one line: `write` (files to write
 //!   on a first turn, path → content), `repair` (the same, on a repair turn), `bash` (a command
-//!   the first turn runs beside its writes), `fail` (an HTTP
+//!   the first turn runs beside its writes), `final_delay_ms` (held before a turn's last
+//!   answer, after its writes: the turn runs on with its first call's spend streamed), `fail`
+//!   (an HTTP
 //!   status every model call answers with), `delay_ms` (held before answering);
 //! - a write tool offered and a script found → one write call per file until they are all in
 //!   the workspace ([`decide`]); anything else → a short text.
@@ -111,6 +113,8 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
         }
         if path.starts_with("/v1/messages") {
             messages(&mut out, &body, script.as_ref());
+        } else if path.starts_with("/v1/chat/completions") {
+            chat(&mut out, &body, script.as_ref());
         } else {
             reply_json(&mut out, 404, &json!({"error": "not scripted"}));
         }
@@ -285,4 +289,74 @@ fn messages(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
     events.push(("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": USAGE.1}})));
     events.push(("message_stop", json!({"type": "message_stop"})));
     reply_sse(out, &events);
+}
+
+/// The workspace a request's system prompt names after `label`.
+fn cwd_after(body: &Value, label: &str) -> String {
+    let text = body.to_string();
+    text.find(label)
+        .map(|at| &text[at + label.len()..])
+        .map(|rest| {
+            rest.split(['"', '\\'])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// Holds a turn's last answer when its script says so.
+fn final_delay(script: Option<&Value>) {
+    if let Some(ms) = script.and_then(|s| s["final_delay_ms"].as_u64()) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+/// OpenAI Chat Completions (`POST /v1/chat/completions`, streamed, usage in a last chunk).
+fn chat(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    let last_user = msgs.iter().rev().find(|m| m["role"] == "user");
+    let repair = last_user.is_some_and(|m| m["content"].to_string().contains("# Repair"));
+    let can_write =
+        (body["tools"].as_array().into_iter().flatten()).any(|t| t["function"]["name"] == "write");
+    let cwd = cwd_after(body, "Current working directory: ");
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0,
+               "model": body["model"], "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut chunks = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    match decide(script, &cwd, repair, can_write) {
+        Answer::Text(text) => {
+            final_delay(script);
+            chunks.push(chunk(json!({"content": text}), Value::Null));
+            chunks.push(chunk(json!({}), json!("stop")));
+        }
+        Answer::Work(files, bash) => {
+            let calls = (files.iter())
+                .map(|(path, content)| ("write", json!({"path": path, "content": content})))
+                .chain(bash.map(|command| ("bash", json!({"command": command}))));
+            for (i, (tool, args)) in calls.enumerate() {
+                let call = json!({"index": i, "id": format!("call_{}_{i}", fresh()), "type": "function",
+                                  "function": {"name": tool, "arguments": args.to_string()}});
+                chunks.push(chunk(json!({"tool_calls": [call]}), Value::Null));
+            }
+            chunks.push(chunk(json!({}), json!("tool_calls")));
+        }
+    }
+    chunks.push(json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0,
+        "model": body["model"], "choices": [],
+        "usage": {"prompt_tokens": USAGE.0, "completion_tokens": USAGE.1, "total_tokens": USAGE.0 + USAGE.1}}));
+    let mut text = String::new();
+    for c in chunks {
+        text.push_str(&format!("data: {c}\n\n"));
+    }
+    text.push_str("data: [DONE]\n\n");
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n{text}"
+    );
+    let _ = out.flush();
 }

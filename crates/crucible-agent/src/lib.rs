@@ -9,6 +9,7 @@ pub mod decision;
 pub mod harness;
 pub mod http;
 pub mod inference;
+pub mod prices;
 pub mod spawn;
 
 use crucible_plan::markers;

@@ -529,6 +529,18 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
                     );
                     println!("{}", escape(&line));
                 }
+                // The spend of a harness priced from tokens: the agent binding's model's price.
+                let model = inference.agent.as_ref().map(|b| b.model.as_str());
+                if let Some(model) =
+                    model.filter(|_| adm.harnesses.keys().any(|k| k.priced_by_table()))
+                {
+                    let (p, from) = crucible_engine::prices(&m).source(model);
+                    let line = format!(
+                        "  price of {model}: ${} in, ${} cached in, ${} out per 1M tokens ({from})",
+                        p.input, p.cached_input, p.output
+                    );
+                    println!("{}", escape(&line));
+                }
                 let truncated = !adm.caps.truncating.is_empty();
                 for line in adm.caps.lines(plan) {
                     match line.starts_with("verdict: TRUNCATED") {

@@ -149,13 +149,14 @@ fn local_harnesses(
         .filter_map(|name| HarnessKind::parse(name).err())
         .map(|e| format!("[agent.cli]: {e}"))
         .collect();
+    let mut seen = std::collections::BTreeSet::new();
     for t in agents {
         let name = sub
             .harness
             .or(t.harness.as_deref())
             .or(m.harness.as_deref());
-        let known = name.and_then(|n| HarnessKind::parse(n).ok());
-        if known.is_some_and(|k| out.contains_key(&k)) {
+        // Each harness is looked up once, whether it was found or refused.
+        if !seen.insert(name) {
             continue;
         }
         let cli = |k: HarnessKind| m.cli.get(k.name()).map(|p| manifest.resolve(p));
@@ -164,7 +165,7 @@ fn local_harnesses(
                 out.insert(kind, program);
             }
             Err(e) => refused.push(format!(
-                "the plan has agent tasks but no agent backend: agent task `{}`: {e}",
+                "the plan has agent tasks but no agent backend: agent task `{}` (and any other naming the same harness): {e}",
                 t.name
             )),
         }
@@ -184,7 +185,6 @@ fn local_harnesses(
             refused.push(format!("the agent binding's key variable `{k}` is not set"));
         }
     }
-    refused.dedup();
     match refused.is_empty() {
         true => Ok(out),
         false => Err(refused),
@@ -205,6 +205,21 @@ fn overlap(manifest: &LoadedManifest, state_dir: &Path) -> Option<String> {
             ws.display()
         )
     })
+}
+
+/// The run's price table: `[agent.prices]` over the defaults.
+pub fn prices(manifest: &LoadedManifest) -> crucible_agent::prices::Prices {
+    let overrides = (manifest.manifest.agent.prices.iter())
+        .map(|(model, p)| {
+            let price = crucible_agent::prices::Price {
+                input: p.input,
+                cached_input: p.cached_input.unwrap_or(p.input),
+                output: p.output,
+            };
+            (model.clone(), price)
+        })
+        .collect();
+    crucible_agent::prices::Prices { overrides }
 }
 
 /// A goal file, read through the pack's confinement and the compiler's file-size bound.

@@ -51,6 +51,9 @@ enum Msg {
     LogFailed(String),
     /// An attempt (with its retries) finished.
     Done(usize, Report),
+    /// What the attempt `u64` has spent so far, streamed while its agent turn runs, so the
+    /// cost ceiling counts it before the attempt settles.
+    Spending(u64, f64),
     /// A fan-out instance or a revise round of task `usize` finished (see `branch`).
     SubDone(usize, branch::Sub, Report),
 }
@@ -77,6 +80,8 @@ struct Report {
     repairs: Vec<Repair>,
     /// What a passing attempt emitted for other runs (RFC-0002:C-ASKS).
     asks: Vec<Ask>,
+    /// The attempt's key in the coordinator's in-flight spend.
+    key: u64,
 }
 
 impl Report {
@@ -108,6 +113,7 @@ impl Report {
             staging_refused: None,
             repairs: Vec::new(),
             asks: Vec::new(),
+            key: 0,
         }
     }
 }
@@ -125,6 +131,7 @@ impl Agents {
         adm: &Admitted,
         run_dir: &std::path::Path,
         inference: &crucible_agent::inference::Inference,
+        prices: &crucible_agent::prices::Prices,
     ) -> Result<Agents, RunError> {
         if let Some(agent_cmd) = adm.agent_cmd.clone() {
             return Ok(Agents::Command(Arc::new(harness::command::Command {
@@ -146,8 +153,10 @@ impl Agents {
                 home,
                 endpoint: endpoint.clone(),
                 key: key.clone(),
+                prices: prices.clone(),
             };
-            local.insert(kind, Arc::from(harness::local(kind, setup)));
+            let built = harness::local(kind, setup).map_err(state_err("agent home"))?;
+            local.insert(kind, Arc::from(built));
         }
         Ok(Agents::Local(local))
     }
@@ -239,6 +248,9 @@ struct Coord<'o> {
     shared_busy: bool,
     isolated_busy: usize,
     in_flight: usize,
+    /// What each attempt in flight has streamed so far, by its key; the key last given.
+    streaming: HashMap<u64, f64>,
+    next_key: u64,
     jobs: usize,
     /// Settled rows whose effects wait for durability, in log order.
     pending: VecDeque<(Seq, usize)>,
@@ -436,7 +448,12 @@ pub async fn execute(
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,
-        agents: Agents::new(&adm, &run_dir, &req.inference)?,
+        agents: Agents::new(
+            &adm,
+            &run_dir,
+            &req.inference,
+            &crate::admit::prices(&req.manifest),
+        )?,
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         agent_env: agent
@@ -483,6 +500,8 @@ pub async fn execute(
         shared_busy: false,
         isolated_busy: 0,
         in_flight: 0,
+        streaming: HashMap::new(),
+        next_key: 0,
         jobs: req.jobs.max(1),
         pending: VecDeque::new(),
         phase: Phase::Main,
@@ -553,6 +572,7 @@ pub async fn execute(
                     c.log_failed = Some(e);
                     c.on_stop();
                 }
+                Msg::Spending(key, usd) => c.spending(key, usd),
                 Msg::Done(i, report) => c.done(i, report),
                 Msg::SubDone(i, sub, report) => c.sub_done(i, sub, report),
             },
@@ -560,7 +580,7 @@ pub async fn execute(
             _ = tokio::time::sleep_until(run_deadline), if !c.wall && !c.stopped => c.on_wall(),
             _ = ticker.tick(), if tick_every.is_some() => {
                 let elapsed = c.started.elapsed() + c.prior_elapsed;
-                let spent = c.spent;
+                let spent = c.spent_now();
                 c.observer.tick(spent, elapsed);
             }
         }
@@ -724,7 +744,9 @@ impl Coord<'_> {
             return;
         }
         // RFC-0002:C-PLAYBOOK-BUDGET: checked before every dispatch of a task that can spend.
-        if self.task(i).can_spend() && (self.cost_exhausted || self.spent >= self.adm.max_cost) {
+        if self.task(i).can_spend()
+            && (self.cost_exhausted || self.spent_now() >= self.adm.max_cost)
+        {
             self.exhaust_cost();
             let b = blocked(
                 self.task(i),
@@ -823,6 +845,8 @@ impl Coord<'_> {
         options: route::Options,
     ) {
         self.in_flight += 1;
+        self.next_key += 1;
+        let key = self.next_key;
         if own_lane(&task) {
             self.isolated_busy += 1;
         } else {
@@ -847,7 +871,8 @@ impl Coord<'_> {
                 } else if task.kind == TaskKind::Report {
                     attempt::deliver_report(&ctx, &task, inputs).await
                 } else {
-                    attempt::run(&ctx, i, &task, &set_name, inputs, sets, abort).await
+                    let ctl = attempt::Control { abort, key };
+                    attempt::run(&ctx, i, &task, &set_name, inputs, sets, ctl).await
                 }
             });
             // A panic in the attempt runner must still settle the task, or the run would wait
@@ -858,6 +883,7 @@ impl Coord<'_> {
             });
             // Before anything the task wrote reaches a row, the log or the terminal.
             report.mask(&masker);
+            report.key = key;
             let _ = tx.send(match sub {
                 None => Msg::Done(i, report),
                 Some(sub) => Msg::SubDone(i, sub, report),
@@ -909,6 +935,20 @@ impl Coord<'_> {
     fn settle(&mut self, i: usize, row: TaskResult) {
         self.account(&row);
         self.settle_row(i, row);
+    }
+
+    /// RFC-0002:C-PLAYBOOK-BUDGET: spend that streamed in from an attempt still running counts
+    /// against the cost ceiling at once.
+    fn spending(&mut self, key: u64, usd: f64) {
+        self.streaming.insert(key, usd);
+        if self.spent_now() >= self.adm.max_cost && usd > 0.0 {
+            self.exhaust_cost();
+        }
+    }
+
+    /// The run's spend: settled rows and what attempts in flight have streamed.
+    fn spent_now(&self) -> f64 {
+        self.spent + self.streaming.values().sum::<f64>()
     }
 
     fn add_spend(&mut self, cost_usd: f64) {
@@ -1037,6 +1077,8 @@ impl Coord<'_> {
     /// run. Returns whether the attempt settles: one killed by an operator stop does not.
     fn attempt_ended(&mut self, i: usize, report: &Report) -> bool {
         self.in_flight -= 1;
+        // Its row (or its sub-row) counts what it spent from here on.
+        self.streaming.remove(&report.key);
         if own_lane(self.task(i)) {
             self.isolated_busy -= 1;
         } else {

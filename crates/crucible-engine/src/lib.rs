@@ -29,7 +29,7 @@ use crucible_plan::{Ceiling, Outcome, ValidatedPlan, Verdict};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use admit::{admission, Admission, Substrate};
+pub use admit::{admission, prices, Admission, Substrate};
 pub use proc::kill_all_now;
 
 /// Everything one run needs.

@@ -144,6 +144,10 @@ pub struct AgentConfig {
     /// unnamed ones are found on PATH.
     #[serde(default)]
     pub cli: BTreeMap<String, String>,
+    /// USD per million tokens by model, over the engine's defaults, for harnesses whose
+    /// stream reports tokens but no money (docs/agents.md).
+    #[serde(default)]
+    pub prices: BTreeMap<String, PriceEntry>,
     #[serde(default)]
     pub overrides: Overrides,
     #[serde(default)]
@@ -184,6 +188,17 @@ impl EnvConfig {
     pub fn names(&self) -> impl Iterator<Item = &String> {
         self.pass.iter().chain(&self.secrets)
     }
+}
+
+/// One model's price, USD per million tokens; cache reads cost `cached_input` (default: as
+/// `input`).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceEntry {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default)]
+    pub cached_input: Option<f64>,
 }
 
 /// Which launch settings a launch may supply (RFC-0002:C-PLAYBOOK-PARAMS). Everything is

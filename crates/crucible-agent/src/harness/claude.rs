@@ -12,7 +12,7 @@
 //! - A resume must run in the same cwd, which a session's tasks share (the workspace).
 
 use super::{prompt_arg, Harness, Local, Progress, Turn, TurnOutcome};
-use crate::spawn::{Mount, Spawn};
+use crate::spawn::Spawn;
 use serde_json::Value;
 
 pub struct Claude {
@@ -62,18 +62,11 @@ impl Harness for Claude {
         if let Some(key) = &self.setup.key {
             set("ANTHROPIC_API_KEY", key);
         }
-        let mut mounts = self.setup.mounts();
-        if turn.prompt.len() > super::command::PROMPT_ENV_MAX {
-            mounts.push(Mount {
-                path: turn.prompt_file.to_path_buf(),
-                writable: false,
-            });
-        }
         Spawn {
             argv,
             env,
             cwd: turn.cwd.to_path_buf(),
-            mounts,
+            mounts: self.setup.mounts(turn),
         }
     }
 

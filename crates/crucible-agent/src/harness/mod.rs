@@ -9,6 +9,7 @@
 
 pub mod claude;
 pub mod command;
+pub mod pi;
 
 use crate::inference::{Binding, Protocol};
 use crate::spawn::{Mount, Spawn};
@@ -90,10 +91,11 @@ pub trait Harness: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HarnessKind {
     Claude,
+    Pi,
 }
 
 /// Every harness, for listings.
-pub const HARNESSES: [HarnessKind; 1] = [HarnessKind::Claude];
+pub const HARNESSES: [HarnessKind; 2] = [HarnessKind::Claude, HarnessKind::Pi];
 
 impl HarnessKind {
     /// The harness a setting names (case-insensitive). A harness the spec lists but this engine
@@ -113,6 +115,7 @@ impl HarnessKind {
     pub fn name(self) -> &'static str {
         match self {
             HarnessKind::Claude => "claude",
+            HarnessKind::Pi => "pi",
         }
     }
 
@@ -120,6 +123,7 @@ impl HarnessKind {
     pub fn package(self) -> (&'static str, &'static str) {
         match self {
             HarnessKind::Claude => ("@anthropic-ai/claude-code", "2.1.197"),
+            HarnessKind::Pi => ("@mariozechner/pi-coding-agent", "0.73.1"),
         }
     }
 
@@ -127,6 +131,20 @@ impl HarnessKind {
     pub fn protocols(self) -> &'static [Protocol] {
         match self {
             HarnessKind::Claude => &[Protocol::Messages],
+            HarnessKind::Pi => &[
+                Protocol::ChatCompletions,
+                Protocol::Responses,
+                Protocol::Messages,
+            ],
+        }
+    }
+
+    /// Whether its spend is priced from tokens by the run's price table (its stream reports
+    /// no money of its own, or prices from the table crucible gives it).
+    pub fn priced_by_table(self) -> bool {
+        match self {
+            HarnessKind::Claude => false,
+            HarnessKind::Pi => true,
         }
     }
 }
@@ -154,7 +172,12 @@ pub fn locate(kind: HarnessKind, configured: Option<&Path>) -> Result<PathBuf, S
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("{} cannot run: {e}; {install}", program.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    // pi prints its version on stderr.
+    let text = format!(
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let version = text
         .split_whitespace()
         .find(|w| w.split('.').count() == 3 && w.split('.').all(|n| n.parse::<u32>().is_ok()));
@@ -199,11 +222,14 @@ pub struct Local {
     pub endpoint: Option<Binding>,
     /// The endpoint's key (the value of the binding's `key_env`).
     pub key: Option<String>,
+    /// What tokens cost, for a harness whose stream reports no money.
+    pub prices: crate::prices::Prices,
 }
 
 impl Local {
-    /// The mounts every turn of this harness needs: its home (read-write) and its install.
-    fn mounts(&self) -> Vec<Mount> {
+    /// The mounts a turn of this harness needs: its home (read-write), its install, and the
+    /// prompt file when the prompt is passed by it.
+    fn mounts(&self, turn: &Turn<'_>) -> Vec<Mount> {
         let mut mounts = vec![Mount {
             path: self.home.clone(),
             writable: true,
@@ -219,6 +245,12 @@ impl Local {
             path,
             writable: false,
         }));
+        if turn.prompt.len() > command::PROMPT_ENV_MAX {
+            mounts.push(Mount {
+                path: turn.prompt_file.to_path_buf(),
+                writable: false,
+            });
+        }
         mounts
     }
 
@@ -239,11 +271,12 @@ impl Local {
     }
 }
 
-/// The harness of `kind` for a run.
-pub fn local(kind: HarnessKind, setup: Local) -> Box<dyn Harness> {
-    match kind {
+/// The harness of `kind` for a run; `Err` when its run directory cannot be set up.
+pub fn local(kind: HarnessKind, setup: Local) -> Result<Box<dyn Harness>, String> {
+    Ok(match kind {
         HarnessKind::Claude => Box::new(claude::Claude::new(setup)),
-    }
+        HarnessKind::Pi => Box::new(pi::Pi::new(setup)?),
+    })
 }
 
 /// The text of a long prompt that cannot go on the command line: a pointer to its file.

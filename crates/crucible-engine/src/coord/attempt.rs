@@ -37,6 +37,19 @@ fn file_stem(i: usize, name: &str) -> String {
     format!("{i:04}-{safe}")
 }
 
+/// How the coordinator reaches a running attempt (its abort), and how the attempt reports what
+/// its agent turns have spent so far, as it streams in (its key).
+pub(super) struct Control {
+    pub abort: watch::Receiver<Abort>,
+    pub key: u64,
+}
+
+impl Control {
+    fn spending(&self, ctx: &Ctx, usd: f64) {
+        let _ = ctx.tx.send(super::Msg::Spending(self.key, usd));
+    }
+}
+
 /// Runs one dispatched task: its attempts (transport failures retry twice), grading, the
 /// reserved output fields, typed emits, and its git memory.
 pub(super) async fn run(
@@ -46,8 +59,9 @@ pub(super) async fn run(
     set_name: &str,
     inputs: Value,
     sets: Vec<StagedSet>,
-    abort: watch::Receiver<Abort>,
+    ctl: Control,
 ) -> Report {
+    let abort = &ctl.abort;
     let main = task.stage == Stage::Iteration;
     let began = Instant::now();
     let mut report = Report::empty();
@@ -187,7 +201,7 @@ pub(super) async fn run(
                     harness.as_ref(),
                     &turn,
                     deadline,
-                    &abort,
+                    &ctl,
                     &mut report,
                 )
                 .await
@@ -263,7 +277,7 @@ pub(super) async fn run(
                 harness.as_ref(),
                 &turn,
                 deadline,
-                &abort,
+                &ctl,
                 &mut report,
             )
             .await;
@@ -515,20 +529,26 @@ async fn agent_turn(
     harness: &dyn Harness,
     turn: &Turn<'_>,
     deadline: Deadline,
-    abort: &watch::Receiver<Abort>,
+    ctl: &Control,
     report: &mut Report,
 ) -> Result<Option<String>, TurnError> {
     crucible_agent::clear_result(turn.cwd);
     let spawn = harness.spawn(turn);
     let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut progress = Progress::default();
+    // What the attempt's earlier turns spent, under this one's streamed spend.
+    let before = report.cost_usd;
     let read = async {
         while let Some(line) = rx.recv().await {
+            let was = progress.spent_usd;
             harness.read_line(&line, &mut progress);
+            if progress.spent_usd != was {
+                ctl.spending(ctx, before + progress.spent_usd);
+            }
         }
     };
     let (ran, ()) = tokio::join!(
-        proc::run(&spawn, deadline, abort.clone(), Some(lines)),
+        proc::run(&spawn, deadline, ctl.abort.clone(), Some(lines)),
         read
     );
     let f = ran.map_err(TurnError::Spawn)?;

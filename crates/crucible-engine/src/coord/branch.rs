@@ -400,7 +400,7 @@ impl Coord<'_> {
             }
             let spend = Spend {
                 settled: self.spent,
-                in_flight: 0.0,
+                in_flight: self.spent_now() - self.spent,
                 max_cost: self.adm.max_cost,
             };
             let mut refused = self.cost_exhausted;
@@ -698,7 +698,7 @@ impl Coord<'_> {
                     Readiness::Blocked(BlockedReason::BudgetCeiling, None)
                 }
                 (Readiness::Dispatch, None)
-                    if task.can_spend() && self.spent >= self.adm.max_cost =>
+                    if task.can_spend() && self.spent_now() >= self.adm.max_cost =>
                 {
                     self.exhaust_cost();
                     Readiness::Blocked(BlockedReason::BudgetCeiling, None)

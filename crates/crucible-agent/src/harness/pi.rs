@@ -1,0 +1,163 @@
+//! The pi coding agent (`@mariozechner/pi-coding-agent`, pinned in
+//! [`super::HarnessKind::package`]) in JSON mode (design/AGENT-HARNESSES.md §3):
+//! `pi -p --mode json [--provider crucible --model M] [--session ID] <prompt>`, cwd the
+//! workspace, `PI_CODING_AGENT_DIR` under the run's state directory.
+//!
+//! - Endpoint: a `crucible` provider in `<dir>/models.json` at the binding's URL, speaking its
+//!   protocol (`chat_completions`, `responses` or `messages`), with the model priced from the
+//!   price table, so pi's own per-call cost is the spend; its retries are off
+//!   (`<dir>/settings.json`), `PI_OFFLINE=1`.
+//! - Stream: line 1 `{"type":"session","id"}`; each assistant `message_end` carries
+//!   `usage.cost.total`, summed as it arrives (spend in flight). pi exits 0 on an API error:
+//!   the last assistant message's `stopReason: "error"` says so.
+
+use super::{prompt_arg, Harness, Local, Progress, Turn, TurnOutcome};
+use crate::inference::Protocol;
+use crate::spawn::Spawn;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// The environment variable pi reads the endpoint's key from (named in `models.json`).
+const KEY_ENV: &str = "CRUCIBLE_PI_API_KEY";
+
+pub struct Pi {
+    setup: Local,
+    /// `PI_CODING_AGENT_DIR`: its config, sessions and logs.
+    dir: PathBuf,
+}
+
+impl Pi {
+    /// Writes the run's pi configuration: the endpoint as the `crucible` provider, retries off.
+    pub fn new(setup: Local) -> Result<Pi, String> {
+        let dir = setup.home.join("pi");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let write = |name: &str, v: Value| {
+            let path = dir.join(name);
+            std::fs::write(&path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        write(
+            "settings.json",
+            json!({"retry": {"enabled": false, "provider": {"maxRetries": 0}}}),
+        )?;
+        if let Some((b, url)) = (setup.endpoint.as_ref()).and_then(|b| Some((b, b.url.as_ref()?))) {
+            let url = url.trim_end_matches('/');
+            let (api, base) = match b.protocol {
+                Protocol::ChatCompletions => ("openai-completions", url.to_string()),
+                Protocol::Responses => ("openai-responses", url.to_string()),
+                Protocol::Messages => ("anthropic-messages", url.trim_end_matches("/v1").into()),
+                Protocol::SystemOne | Protocol::Decisions => {
+                    return Err(format!("pi cannot speak {:?}", b.protocol))
+                }
+            };
+            let price = setup.prices.of(&b.model);
+            let model = json!({"id": b.model, "cost": {"input": price.input, "output": price.output,
+                "cacheRead": price.cached_input, "cacheWrite": price.input}});
+            write(
+                "models.json",
+                json!({"providers": {"crucible": {"baseUrl": base, "api": api, "apiKey": KEY_ENV,
+                    "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+                    "models": [model]}}}),
+            )?;
+        }
+        Ok(Pi { setup, dir })
+    }
+}
+
+impl Harness for Pi {
+    fn spawn(&self, turn: &Turn<'_>) -> Spawn {
+        let mut argv: Vec<String> = vec![
+            self.setup.program.to_string_lossy().into_owned(),
+            "-p".into(),
+            "--mode".into(),
+            "json".into(),
+        ];
+        if let Some(b) = self.setup.endpoint.as_ref().filter(|b| b.url.is_some()) {
+            // The endpoint serves the binding's model only.
+            argv.extend(["--provider".into(), "crucible".into()]);
+            argv.extend(["--model".into(), b.model.clone()]);
+        } else if let Some(model) = self.setup.model(turn) {
+            argv.extend(["--model".into(), model.to_string()]);
+        }
+        if let Some(id) = turn.resume {
+            argv.extend(["--session".into(), id.to_string()]);
+        }
+        argv.push(prompt_arg(turn));
+        let mut env = self.setup.env(turn);
+        env.push((
+            "PI_CODING_AGENT_DIR".into(),
+            self.dir.to_string_lossy().into_owned(),
+        ));
+        env.push(("PI_OFFLINE".into(), "1".into()));
+        if let Some(key) = &self.setup.key {
+            env.push((KEY_ENV.into(), key.clone()));
+        }
+        Spawn {
+            argv,
+            env,
+            cwd: turn.cwd.to_path_buf(),
+            mounts: self.setup.mounts(turn),
+        }
+    }
+
+    fn read_line(&self, line: &[u8], progress: &mut Progress) {
+        let Ok(event) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        match event.get("type").and_then(Value::as_str) {
+            Some("session") => {
+                progress.session_id = event.get("id").and_then(Value::as_str).map(str::to_string)
+            }
+            Some("message_end") => {
+                let m = &event["message"];
+                if m["role"] != "assistant" {
+                    return;
+                }
+                if let Some(cost) = m["usage"]["cost"]["total"].as_f64() {
+                    if cost.is_finite() && cost > 0.0 {
+                        progress.spent_usd += cost;
+                    }
+                }
+                if m["stopReason"] == "error" {
+                    let what = m["errorMessage"]
+                        .as_str()
+                        .unwrap_or("the model call failed");
+                    // pi says an API error in words only: a status of 429 or 5xx, or no
+                    // answer at all, is transport.
+                    let transport = what.contains("429")
+                        || (500..600).any(|s| what.contains(&s.to_string()))
+                        || what.to_ascii_lowercase().contains("connect");
+                    match transport {
+                        true => progress.transport = Some(format!("pi: {what}")),
+                        false => progress.errors.push(what.to_string()),
+                    }
+                    return;
+                }
+                let text: String = (m["content"].as_array().into_iter().flatten())
+                    .filter(|c| c["type"] == "text")
+                    .filter_map(|c| c["text"].as_str())
+                    .collect();
+                if !text.is_empty() {
+                    progress.final_text = Some(text);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome {
+        let mut transport = progress.transport;
+        if exit != Some(0) && transport.is_none() && progress.errors.is_empty() {
+            transport = Some(format!(
+                "pi ended ({}) with no error on its stream",
+                exit.map_or("by a signal".to_string(), |c| format!("exit {c}"))
+            ));
+        }
+        TurnOutcome {
+            result: crate::take_result(turn.task, turn.cwd),
+            session_id: progress.session_id,
+            spent_usd: progress.spent_usd,
+            transport,
+            note: (!progress.errors.is_empty()).then(|| progress.errors.join("; ")),
+        }
+    }
+}
