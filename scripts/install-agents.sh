@@ -10,5 +10,6 @@ mkdir -p "$dir"
 # Keep in step with HarnessKind::package (crates/crucible-agent/src/harness/mod.rs).
 npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
   @anthropic-ai/claude-code@2.1.197 \
+  @openai/codex@0.171.0 \
   @mariozechner/pi-coding-agent@0.73.1
 echo "agent CLIs in $dir/node_modules/.bin"

@@ -8,6 +8,7 @@ mod support;
 mod admission;
 mod agent;
 mod agents_claude;
+mod agents_codex;
 mod agents_pi;
 mod asks;
 mod budget;

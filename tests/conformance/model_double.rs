@@ -71,7 +71,7 @@ impl ModelDouble {
 
 /// The `SCRIPT:{...}` a request's messages carry, if any.
 pub fn script(body: &Value) -> Option<Value> {
-    let text = body.get("messages")?.to_string();
+    let text = body.get("messages").or(body.get("input"))?.to_string();
     let at = text.rfind("SCRIPT:")? + "SCRIPT:".len();
     // The JSON is escaped inside the messages' JSON text: unescape one level by parsing.
     let rest = &text[at..];
@@ -115,6 +115,8 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
             messages(&mut out, &body, script.as_ref());
         } else if path.starts_with("/v1/chat/completions") {
             chat(&mut out, &body, script.as_ref());
+        } else if path.starts_with("/v1/responses") {
+            responses(&mut out, &body, script.as_ref());
         } else {
             reply_json(&mut out, 404, &json!({"error": "not scripted"}));
         }
@@ -359,4 +361,61 @@ fn chat(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n{text}"
     );
     let _ = out.flush();
+}
+
+/// A shell command writing `content` to `path`, single-quoted.
+fn write_command(path: &str, content: &str) -> String {
+    let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    format!("printf '%s' {} > {}", q(content), q(path))
+}
+
+/// OpenAI Responses (`POST /v1/responses`, streamed): files are written with `exec_command`.
+fn responses(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
+    let input = body["input"].as_array().cloned().unwrap_or_default();
+    let last_user = input.iter().rev().find(|m| m["role"] == "user");
+    let repair = last_user.is_some_and(|m| m["content"].to_string().contains("# Repair"));
+    let can_write =
+        (body["tools"].as_array().into_iter().flatten()).any(|t| t["name"] == "exec_command");
+    let text = body.to_string();
+    let cwd = text
+        .find("<cwd>")
+        .map(|at| &text[at + "<cwd>".len()..])
+        .and_then(|rest| rest.split("</cwd>").next())
+        .unwrap_or_default()
+        .to_string();
+    let item = match decide(script, &cwd, repair, can_write) {
+        Answer::Text(text) => {
+            final_delay(script);
+            json!({"type": "message", "id": format!("msg_{}", fresh()), "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
+        Answer::Work(files, bash) => {
+            let mut cmds: Vec<String> = files.iter().map(|(p, c)| write_command(p, c)).collect();
+            cmds.extend(bash);
+            json!({"type": "function_call", "id": format!("fc_{}", fresh()), "call_id": format!("call_{}", fresh()),
+                   "name": "exec_command", "arguments": json!({"cmd": cmds.join(" && ")}).to_string(), "status": "completed"})
+        }
+    };
+    let id = format!("resp_{}", fresh());
+    let usage = json!({"input_tokens": USAGE.0, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": USAGE.1, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": USAGE.0 + USAGE.1});
+    let events = [
+        (
+            "response.created",
+            json!({"type": "response.created", "response": {"id": id, "status": "in_progress", "output": []}}),
+        ),
+        (
+            "response.output_item.added",
+            json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
+        ),
+        (
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ),
+        (
+            "response.completed",
+            json!({"type": "response.completed", "response": {"id": id, "status": "completed", "output": [item], "usage": usage}}),
+        ),
+    ];
+    reply_sse(out, &events);
 }

@@ -8,6 +8,7 @@
 //! one module here.
 
 pub mod claude;
+pub mod codex;
 pub mod command;
 pub mod pi;
 
@@ -91,11 +92,12 @@ pub trait Harness: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HarnessKind {
     Claude,
+    Codex,
     Pi,
 }
 
 /// Every harness, for listings.
-pub const HARNESSES: [HarnessKind; 2] = [HarnessKind::Claude, HarnessKind::Pi];
+pub const HARNESSES: [HarnessKind; 3] = [HarnessKind::Claude, HarnessKind::Codex, HarnessKind::Pi];
 
 impl HarnessKind {
     /// The harness a setting names (case-insensitive). A harness the spec lists but this engine
@@ -115,6 +117,7 @@ impl HarnessKind {
     pub fn name(self) -> &'static str {
         match self {
             HarnessKind::Claude => "claude",
+            HarnessKind::Codex => "codex",
             HarnessKind::Pi => "pi",
         }
     }
@@ -123,6 +126,7 @@ impl HarnessKind {
     pub fn package(self) -> (&'static str, &'static str) {
         match self {
             HarnessKind::Claude => ("@anthropic-ai/claude-code", "2.1.197"),
+            HarnessKind::Codex => ("@openai/codex", "0.171.0"),
             HarnessKind::Pi => ("@mariozechner/pi-coding-agent", "0.73.1"),
         }
     }
@@ -131,6 +135,7 @@ impl HarnessKind {
     pub fn protocols(self) -> &'static [Protocol] {
         match self {
             HarnessKind::Claude => &[Protocol::Messages],
+            HarnessKind::Codex => &[Protocol::Responses],
             HarnessKind::Pi => &[
                 Protocol::ChatCompletions,
                 Protocol::Responses,
@@ -144,7 +149,7 @@ impl HarnessKind {
     pub fn priced_by_table(self) -> bool {
         match self {
             HarnessKind::Claude => false,
-            HarnessKind::Pi => true,
+            HarnessKind::Codex | HarnessKind::Pi => true,
         }
     }
 }
@@ -259,6 +264,12 @@ impl Local {
         (turn.settings.model.as_deref()).or(self.endpoint.as_ref().map(|b| b.model.as_str()))
     }
 
+    /// The model the endpoint serves, which a harness priced from tokens is priced by (empty
+    /// without a binding: the price table's high default).
+    fn model_name(&self) -> &str {
+        self.endpoint.as_ref().map_or("", |b| b.model.as_str())
+    }
+
     /// The turn's base environment with `HOME` set to the harness's own directory, so nothing
     /// of the operator's own configuration is read or written.
     fn env(&self, turn: &Turn<'_>) -> Vec<(String, String)> {
@@ -275,6 +286,7 @@ impl Local {
 pub fn local(kind: HarnessKind, setup: Local) -> Result<Box<dyn Harness>, String> {
     Ok(match kind {
         HarnessKind::Claude => Box::new(claude::Claude::new(setup)),
+        HarnessKind::Codex => Box::new(codex::Codex::new(setup)?),
         HarnessKind::Pi => Box::new(pi::Pi::new(setup)?),
     })
 }

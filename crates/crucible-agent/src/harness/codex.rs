@@ -1,0 +1,149 @@
+//! Codex CLI (`@openai/codex`, pinned in [`super::HarnessKind::package`]) in exec mode with a
+//! JSON stream (design/AGENT-HARNESSES.md §2): `codex exec --json --skip-git-repo-check
+//! --dangerously-bypass-approvals-and-sandbox [-m M] [resume THREAD] <prompt>`, cwd the
+//! workspace, `CODEX_HOME` under the run's state directory.
+//!
+//! - Endpoint: a `crucible` provider in `$CODEX_HOME/config.toml` at the binding's URL,
+//!   speaking `responses` (codex speaks no other), its retries off, analytics, plugins and
+//!   apps off. The key is in the variable the provider names.
+//! - Stream: `thread.started` gives the thread (session) id; the last `agent_message` item is
+//!   the final text; `turn.completed` carries token usage **cumulative per thread**, so the
+//!   turn's spend is its difference from the thread's last total, priced from the run's price
+//!   table; `turn.failed` is an API failure (transport).
+
+use super::{prompt_arg, Harness, Local, Progress, Turn, TurnOutcome};
+use crate::spawn::Spawn;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The environment variable codex reads the endpoint's key from (named in its config).
+const KEY_ENV: &str = "CRUCIBLE_CODEX_API_KEY";
+
+/// Token usage as codex reports it: input, cached input, output (reasoning included).
+type Usage = (u64, u64, u64);
+
+pub struct Codex {
+    setup: Local,
+    /// `CODEX_HOME`: its config, sessions and logs.
+    dir: PathBuf,
+    /// Each thread's last cumulative usage, to take differences from.
+    totals: Mutex<HashMap<String, Usage>>,
+}
+
+impl Codex {
+    /// Writes the run's codex configuration: the endpoint as the `crucible` provider.
+    pub fn new(setup: Local) -> Result<Codex, String> {
+        let dir = setup.home.join("codex");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut config = String::from(
+            "[analytics]\nenabled = false\n[features]\nplugins = false\napps = false\n",
+        );
+        if let Some(url) = setup.endpoint.as_ref().and_then(|b| b.url.as_ref()) {
+            let quoted = |s: &str| Value::from(s).to_string();
+            config = format!(
+                "model_provider = \"crucible\"\n{config}[model_providers.crucible]\nname = \"crucible\"\n\
+                 base_url = {}\nwire_api = \"responses\"\nenv_key = \"{KEY_ENV}\"\n\
+                 request_max_retries = 0\nstream_max_retries = 0\n",
+                quoted(url.trim_end_matches('/'))
+            );
+        }
+        let path = dir.join("config.toml");
+        std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Codex {
+            setup,
+            dir,
+            totals: Mutex::default(),
+        })
+    }
+}
+
+impl Harness for Codex {
+    fn spawn(&self, turn: &Turn<'_>) -> Spawn {
+        let mut argv: Vec<String> = vec![
+            self.setup.program.to_string_lossy().into_owned(),
+            "exec".into(),
+            "--json".into(),
+            "--skip-git-repo-check".into(),
+            // The sandbox is crucible's (issue 11), not codex's own.
+            "--dangerously-bypass-approvals-and-sandbox".into(),
+        ];
+        if let Some(model) = self.setup.model(turn) {
+            argv.extend(["-m".into(), model.to_string()]);
+        }
+        if let Some(id) = turn.resume {
+            argv.extend(["resume".into(), id.to_string()]);
+        }
+        argv.push(prompt_arg(turn));
+        let mut env = self.setup.env(turn);
+        env.push(("CODEX_HOME".into(), self.dir.to_string_lossy().into_owned()));
+        if let Some(key) = &self.setup.key {
+            env.push((KEY_ENV.into(), key.clone()));
+        }
+        Spawn {
+            argv,
+            env,
+            cwd: turn.cwd.to_path_buf(),
+            mounts: self.setup.mounts(turn),
+        }
+    }
+
+    fn read_line(&self, line: &[u8], progress: &mut Progress) {
+        let Ok(event) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        match event.get("type").and_then(Value::as_str) {
+            Some("thread.started") => {
+                progress.session_id = event["thread_id"].as_str().map(str::to_string)
+            }
+            Some("item.completed") if event["item"]["type"] == "agent_message" => {
+                progress.final_text = event["item"]["text"].as_str().map(str::to_string)
+            }
+            Some("turn.completed") => {
+                let u = &event["usage"];
+                let n = |k: &str| u[k].as_u64().unwrap_or(0);
+                let now: Usage = (
+                    n("input_tokens"),
+                    n("cached_input_tokens"),
+                    n("output_tokens") + n("reasoning_output_tokens"),
+                );
+                let thread = progress.session_id.clone().unwrap_or_default();
+                let before = (self.totals.lock().expect("totals"))
+                    .insert(thread, now)
+                    .unwrap_or_default();
+                let model = self.setup.model_name();
+                let cost = self.setup.prices.of(model).cost(
+                    now.0.saturating_sub(before.0),
+                    now.1.saturating_sub(before.1),
+                    now.2.saturating_sub(before.2),
+                );
+                progress.spent_usd += cost;
+            }
+            Some("turn.failed") => {
+                let what = event["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the turn failed");
+                progress.transport = Some(format!("codex: {what}"));
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome {
+        let mut transport = progress.transport;
+        if exit != Some(0) && transport.is_none() {
+            transport = Some(format!(
+                "codex ended ({}) with no error on its stream",
+                exit.map_or("by a signal".to_string(), |c| format!("exit {c}"))
+            ));
+        }
+        TurnOutcome {
+            result: crate::take_result(turn.task, turn.cwd),
+            session_id: progress.session_id,
+            spent_usd: progress.spent_usd,
+            transport,
+            note: (!progress.errors.is_empty()).then(|| progress.errors.join("; ")),
+        }
+    }
+}
