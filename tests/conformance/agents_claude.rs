@@ -274,3 +274,41 @@ fn a_missing_or_wrong_version_cli_is_refused_before_dispatch() {
         assert!(c.stderr.contains(why), "{}", c.stderr);
     }
 }
+
+// RFC-0002:C-REVISE-LOOP: a body agent in a session resumes its conversation every round: the
+// second round's model call carries the first round's exchange.
+#[test]
+fn claude_session_resumes_across_revise_rounds() {
+    let model = ModelDouble::start();
+    let prompt = scripted(
+        "Draft it.",
+        json!({"write": {"PLAN_TASK_RESULT.json": "{\"draft\": 1}"}}),
+    );
+    // The reviewer never accepts: the draft gets its second round.
+    let review = "echo '{}'; exit 1";
+    let wf = format!(
+        "s = session(name = \"writer\")\n{}review = command(name = \"review\", run = {review:?}, depends_on = [draft], revise = [draft], max_rounds = 2, required = False)\nworkflow([draft, review])\n",
+        agent("draft", &prompt, ", session = s"),
+    );
+    let Some(p) = pack(&wf) else { return };
+    let r = run(&p, &model, &[]);
+    let calls = model.scripted_calls();
+    let rounds: Vec<String> = calls
+        .iter()
+        .map(|c| c.body["messages"].to_string())
+        .filter(|m| m.contains("Draft it."))
+        .collect();
+    let second = rounds
+        .iter()
+        .find(|m| m.matches("Draft it.").count() >= 2)
+        .unwrap_or_else(|| {
+            panic!(
+                "no round-2 call resumed round 1 ({} calls): {r:?}",
+                rounds.len()
+            )
+        });
+    assert!(
+        second.contains("revision"),
+        "round 2 sees its revision input"
+    );
+}
