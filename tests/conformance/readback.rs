@@ -159,3 +159,41 @@ fn file_size_limit_fails_the_write_instead_of_killing_the_engine() {
     assert_eq!(out.status.code(), Some(3), "exited, not killed: {stderr}");
     assert!(stderr.contains("File too large"), "{stderr}");
 }
+
+// RFC-0002:C-TASK-FILES: `.git` is the engine's memory link (it names the state path), never a
+// declared file: refused before any dispatch, by `check` and `plan run` alike.
+#[test]
+fn emits_files_naming_dot_git_is_refused_before_dispatch() {
+    for path in [".git", ".git/config", "sub/.GIT/x"] {
+        let p = Pack::playbook(&command(
+            "leak",
+            "touch \"$PACK/ran\"; echo '{}'",
+            &format!("emits_files = [\"{path}\"]"),
+        ));
+        let check = p.check().run();
+        assert_eq!(check.code, 1, "{path}: {check:?}");
+        assert!(check.stderr.contains(".git"), "{}", check.stderr);
+        let r = p.run(&[]);
+        assert_eq!(r.code, 1, "{path}: {r:?}");
+        assert!(!p.path().join("ran").exists(), "nothing was dispatched");
+        assert!(!r.stdout.contains("state/runs") && !r.stderr.contains("gitdir"));
+    }
+}
+
+// RFC-0002:C-TASK-FILES: a 2 GiB sparse file is over the default 1 GiB bound by its size, and
+// is refused from it, before any byte is copied.
+#[test]
+fn two_gib_sparse_declared_file_is_refused_fast() {
+    let p = Pack::playbook(&command(
+        "sparse",
+        "truncate -s 2G big.bin; echo '{}'",
+        "emits_files = [\"big.bin\"]",
+    ));
+    let started = std::time::Instant::now();
+    let r = p.run(&[]);
+    let took = started.elapsed();
+    assert_eq!(r.code, 3, "{r:?}");
+    let note = p.row("sparse")["note"].as_str().unwrap().to_string();
+    assert!(note.contains("bound"), "{note}");
+    assert!(took.as_secs_f64() < 3.0, "refused from its size: {took:?}");
+}

@@ -561,6 +561,18 @@ impl<'a> Validator<'a> {
                     .any(|s| s.is_empty() || s == "." || s == "..")
                 || f.path.contains('\n')
                 || f.path.contains('\0');
+            // The workspace's `.git` is the engine's memory link (it names the state path) and
+            // its history: never a task's file to publish.
+            let git = f.path.split('/').any(|s| s.eq_ignore_ascii_case(".git"));
+            if git {
+                self.terr(
+                    t,
+                    "emits_files",
+                    rules::FILES,
+                    format!("`{}` is inside `.git`, the engine's own", f.path),
+                    "declare files of the work, outside `.git`",
+                );
+            }
             if bad {
                 self.terr(
                     t,

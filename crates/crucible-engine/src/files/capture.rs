@@ -497,6 +497,23 @@ fn fill(
                 }
             };
             let last = OsString::from(*last);
+            // A file already larger than the room left is refused from its size, before any
+            // copy: a 2 GiB sparse file would otherwise be read (and written dense) up to the
+            // bound first. The copy below still stops one byte past the room, for a file that
+            // grows after this look.
+            if opened
+                .metadata()
+                .is_ok_and(|m| m.len() > budget.remaining())
+            {
+                problem(
+                    i,
+                    Found::Copy,
+                    FileProblem::OverBound {
+                        limit: budget.limit(),
+                    },
+                );
+                continue;
+            }
             if req.disposable {
                 if let Some(bytes) =
                     adopt(root, &segs, walk, &opened, parent.as_fd(), &last).map_err(io_err)?
