@@ -8,8 +8,9 @@
 # must print a JSON object; make runs it through sh as well, so both pay the same process
 # cost). Independent tasks and the diamond's layers are isolated, so crucible runs them two at a
 # time (--jobs 2) as make -j2 does; the chain runs in the shared workspace.
-# Prints the best of REPS (default 3) wall times and per-task times for each, and crucible's
-# extra time per task (the engine's overhead over make on the same processes).
+# Prints the best of REPS (default 3) wall times and per-task times for each, crucible's extra
+# time per task (the engine's overhead over make on the same processes), and what the bubblewrap
+# sandbox costs per task (the default run against the same run with --no-sandbox).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -82,20 +83,23 @@ now() { date +%s.%N; }
 REPS=${REPS:-3}
 
 bench() { # label dir tasks: best of $REPS for each tool, run back to back
-  local label=$1 d=$2 n=$3 t0 t1 t2 c m best_c=999999 best_m=999999
+  local label=$1 d=$2 n=$3 t0 t1 t2 t3 c u m best_c=999999 best_u=999999 best_m=999999
   for _ in $(seq 1 "$REPS"); do
     t0=$(now)
     "$BIN" plan run --manifest "$d/crucible.toml" --max-cost 1 --max-time 10m --jobs 2 >/dev/null
     t1=$(now)
-    make -s -j2 -C "$d" >/dev/null
+    "$BIN" plan run --manifest "$d/crucible.toml" --max-cost 1 --max-time 10m --jobs 2 --no-sandbox >/dev/null
     t2=$(now)
-    c=$(echo "$t1 - $t0" | bc); m=$(echo "$t2 - $t1" | bc)
+    make -s -j2 -C "$d" >/dev/null
+    t3=$(now)
+    c=$(echo "$t1 - $t0" | bc); u=$(echo "$t2 - $t1" | bc); m=$(echo "$t3 - $t2" | bc)
     best_c=$(echo "if ($c < $best_c) $c else $best_c" | bc)
+    best_u=$(echo "if ($u < $best_u) $u else $best_u" | bc)
     best_m=$(echo "if ($m < $best_m) $m else $best_m" | bc)
   done
-  awk -v l="$label" -v n="$n" -v c="$best_c" -v m="$best_m" 'BEGIN {
-    printf "%-18s %5d  crucible %6.3fs %5.2fms/task   make -j2 %6.3fs %5.2fms/task   overhead %5.2fms/task   ratio %4.2fx\n",
-      l, n, c, c*1000/n, m, m*1000/n, (c-m)*1000/n, c/m }'
+  awk -v l="$label" -v n="$n" -v c="$best_c" -v u="$best_u" -v m="$best_m" 'BEGIN {
+    printf "%-18s %5d  crucible %6.3fs %5.2fms/task   make -j2 %6.3fs %5.2fms/task   overhead %5.2fms/task   ratio %4.2fx   unsandboxed %6.3fs, sandbox %5.2fms/task\n",
+      l, n, c, c*1000/n, m, m*1000/n, (c-m)*1000/n, c/m, u, (c-u)*1000/n }'
 }
 
 echo "crucible: $BIN"

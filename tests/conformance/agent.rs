@@ -23,7 +23,7 @@ fn prompt_environment_result_and_cost() {
     );
     assert_eq!(row["cost_usd"], 0.25);
     assert_eq!(p.shutdown()["spent_usd"], 0.25);
-    let prompt = std::fs::read_to_string(p.path().join("out/write.prompt")).unwrap();
+    let prompt = std::fs::read_to_string(p.probe().join("out/write.prompt")).unwrap();
     for part in [
         "Keep the garden tidy.",
         "Write the plan.",

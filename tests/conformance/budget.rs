@@ -1,7 +1,7 @@
 //! RFC-0002:C-PLAYBOOK-BUDGET: both ceilings, per-attempt deadlines, the cost rule and the
 //! wall-clock rule.
 
-use crate::support::{command, process_gone, read_pid, Pack};
+use crate::support::{assert_all_gone, command, marked_sleep, Pack};
 use serde_json::json;
 
 // RFC-0002:C-PLAYBOOK-BUDGET: a missing ceiling is refused before any dispatch (exit 1).
@@ -13,7 +13,7 @@ fn missing_ceilings_are_refused_before_dispatch() {
         assert_eq!(r.code, 1, "{r:?}");
         assert!(r.stderr.contains("is required"), "{}", r.stderr);
     }
-    assert!(!p.path().join("ran").exists());
+    assert!(!p.probe().join("ran").exists());
     assert!(
         !p.state().join("runs").exists()
             || std::fs::read_dir(p.state().join("runs"))
@@ -41,11 +41,12 @@ fn timeout_above_the_ceiling_is_refused() {
 // retried.
 #[test]
 fn timeout_kills_the_group_and_fails_without_retry() {
+    let mark = marked_sleep();
     let p = Pack::playbook(&format!(
         "{}{}",
         command(
             "hang",
-            "sleep 300 & echo $! > \"$PACK/bg.pid\"; wait",
+            &format!("sleep {mark} & wait"),
             "timeout_secs = 1\nrequired = false"
         ),
         command("next", "echo '{}'", "")
@@ -56,21 +57,17 @@ fn timeout_kills_the_group_and_fails_without_retry() {
     assert_eq!(hang["status"], "fail");
     assert_eq!(hang["note"], "timed out: the task ran past its 1s limit");
     assert_eq!(hang["attempts"], 1);
-    let pid = read_pid(&p.path().join("bg.pid"));
-    assert!(process_gone(pid), "the background sleep {pid} survived");
+    assert_all_gone(&mark);
 }
 
 // RFC-0002:C-PLAYBOOK-BUDGET: the wall-clock ceiling kills attempts in flight, blocks everything
 // after, skips the epilogue, and ends the run `budget` / `wall_clock`, invalid.
 #[test]
 fn wall_clock_ceiling_kills_and_blocks_everything() {
+    let mark = marked_sleep();
     let p = Pack::playbook(&format!(
         "{}{}{}",
-        command(
-            "forever",
-            "sleep 300 & echo $! > \"$PACK/bg.pid\"; wait",
-            ""
-        ),
+        command("forever", &format!("sleep {mark} & wait"), ""),
         command(
             "after",
             "echo '{}'",
@@ -98,7 +95,7 @@ fn wall_clock_ceiling_kills_and_blocks_everything() {
         p.row("epi")["blocked"],
         json!({"reason": "wall_clock_ceiling"})
     );
-    assert!(!p.path().join("epi.ran").exists());
+    assert!(!p.probe().join("epi.ran").exists());
     let s = p.shutdown();
     assert_eq!(
         (
@@ -108,8 +105,7 @@ fn wall_clock_ceiling_kills_and_blocks_everything() {
         ),
         (Some("budget"), Some("wall_clock"), Some("invalid"))
     );
-    let pid = read_pid(&p.path().join("bg.pid"));
-    assert!(process_gone(pid));
+    assert_all_gone(&mark);
 }
 
 // RFC-0002:C-PLAYBOOK-BUDGET: the cost ceiling is checked before every spending dispatch; once
@@ -194,7 +190,7 @@ fn wall_clock_during_the_epilogue_keeps_the_main_verdict() {
 fn cost_ceiling_admits_lanes_one_at_a_time_and_spares_attempts_in_flight() {
     let turn = r#"case "$CRUCIBLE_TASK" in
   a) echo '{"cost_usd": 1.0}' > PLAN_TASK_RESULT.json ;;
-  b) until grep -qs '"task":"a"' "$PACK"/state/runs/*/session.jsonl; do sleep 0.02; done
+  b) until [ -e "$PACK/a.settled" ]; do sleep 0.02; done
      echo '{"cost_usd": 0.5}' > PLAN_TASK_RESULT.json ;;
   *) echo '{"cost_usd": 0.1}' > PLAN_TASK_RESULT.json ;;
 esac"#;
@@ -207,7 +203,9 @@ esac"#;
         agent("b"),
         agent("c")
     ));
+    let settled = crate::support::announce_settled(&p, "a");
     let r = p.run(&["--max-cost", "1", "--jobs", "2"]);
+    settled.join().unwrap();
     assert_eq!(r.code, 3, "{r:?}");
     assert_eq!(p.row("a")["cost_usd"], 1.0);
     let b = p.row("b");

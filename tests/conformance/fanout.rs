@@ -216,7 +216,10 @@ workflow([src, each])
     );
     std::fs::write(
         p.path().join("crucible.toml"),
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[env]\npass = [\"PACK\"]\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n",
+        format!(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n{}",
+            crate::support::observed_tables()
+        ),
     )
     .unwrap();
     assert_eq!(p.run(&["--max-cost", "1"]).code, 3);

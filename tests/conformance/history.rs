@@ -127,7 +127,7 @@ workflow([think])
         .env("CRUCIBLE_HISTORY", &series())
         .run();
     assert_eq!(r.code, 0, "{r:?}");
-    let prompt = std::fs::read_to_string(p.path().join("prompt")).unwrap();
+    let prompt = std::fs::read_to_string(p.probe().join("prompt")).unwrap();
     let open = prompt
         .find("CRUCIBLE-EXTERNAL-INPUT")
         .expect("a marked region");
@@ -170,7 +170,7 @@ fn a_resumed_run_reads_the_history_it_started_with() {
     // A crash before `far` settled.
     cut_log(&p, |l| l["kind"] != "shutdown" && l["task"] != "far");
     // The pack must be as it was at the launch: the tasks' saved inputs go.
-    std::fs::remove_dir_all(p.path().join("out")).unwrap();
+    std::fs::remove_dir_all(p.probe().join("out")).unwrap();
     let other = json!({"version": 1, "records": [record("x9", 9)]}).to_string();
     let r = p
         .command(&p.run_args(&["--resume"]))

@@ -129,12 +129,13 @@ fn evaluate_threshold_and_notes() {
     assert_eq!(p.row("vetoed")["note"], "flaky");
 }
 
-// RFC-0001 notes §4: a spawn failure is a transport failure, retried twice.
+// RFC-0001 notes §4: a spawn failure is a transport failure, retried twice. Unsandboxed: under
+// the sandbox the engine spawns `bwrap`, and no PATH holding it can make that spawn fail.
 #[test]
 fn spawn_failure_is_transport_retried_twice() {
     let p = Pack::playbook(&command("t", "true", ""));
     let r = p
-        .command(&p.run_args(&[]))
+        .command(&p.run_args(&["--no-sandbox"]))
         .env("PATH", "/nonexistent")
         .run();
     assert_eq!(r.code, 3, "{r:?}");

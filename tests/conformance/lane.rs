@@ -170,13 +170,16 @@ fn early_completion_from_an_agent_is_refused() {
 // run invalid; the outcome is still `complete`.
 #[test]
 fn failure_then_completion_is_complete_and_invalid() {
-    let wait_for_a = r#"until grep -qs '"task":"a"' "$PACK"/state/runs/*/session.jsonl; do sleep 0.02; done; echo '{"complete": true}'"#;
+    let wait_for_a =
+        r#"until [ -e "$PACK/a.settled" ]; do sleep 0.02; done; echo '{"complete": true}'"#;
     let p = Pack::playbook(&format!(
         "{}{}",
         command("a", "exit 1", "isolated = true"),
         command("b", wait_for_a, "isolated = true\ntimeout_secs = 10")
     ));
+    let settled = crate::support::announce_settled(&p, "a");
     let r = p.run(&["--jobs", "2"]);
+    settled.join().unwrap();
     assert_eq!(r.code, 3, "{r:?}");
     let s = p.shutdown();
     assert_eq!(
@@ -388,7 +391,7 @@ fn odd_plans_are_refused_before_dispatch() {
         let r = p.run(&[]);
         assert_eq!(r.code, 1, "{r:?}");
         assert!(r.stderr.contains(needle), "{needle}: {}", r.stderr);
-        assert!(!p.path().join("ran").exists());
+        assert!(!p.probe().join("ran").exists());
     }
 }
 
@@ -410,7 +413,7 @@ fn an_iteration_count_above_one_is_refused() {
     let r = p.run(&["--iterations", "3"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("exactly once"), "{}", r.stderr);
-    assert!(!p.path().join("ran").exists());
+    assert!(!p.probe().join("ran").exists());
     let r = p.run(&["--iterations", "1"]);
     assert_eq!(r.code, 0, "{r:?}");
 }

@@ -12,7 +12,7 @@ fn a_terminal_gets_the_live_view_and_a_pipe_gets_plain_lines() {
     let out = Command::new("script")
         .args(["-qec", &format!("{BIN} {args}"), "/dev/null"])
         .current_dir(p.path())
-        .env("PACK", p.path())
+        .env("PACK", p.probe())
         .output()
         .expect("script(1) runs");
     let tty = String::from_utf8_lossy(&out.stdout);

@@ -35,6 +35,7 @@ mod revise;
 mod revise_files;
 mod routes;
 mod runs;
+mod sandbox;
 mod settled_join;
 mod stop;
 mod task_env;

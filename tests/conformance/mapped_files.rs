@@ -48,7 +48,7 @@ print("{}")
 }
 
 fn listed(p: &Pack, task: &str) -> Vec<String> {
-    std::fs::read_to_string(p.path().join("out").join(format!("{task}.ls")))
+    std::fs::read_to_string(p.probe().join("out").join(format!("{task}.ls")))
         .unwrap()
         .lines()
         .map(str::to_string)
@@ -56,7 +56,7 @@ fn listed(p: &Pack, task: &str) -> Vec<String> {
 }
 
 fn saved(p: &Pack, task: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(p.path().join("out").join(format!("{task}.json"))).unwrap();
+    let text = std::fs::read_to_string(p.probe().join("out").join(format!("{task}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 

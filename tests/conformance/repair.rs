@@ -39,7 +39,7 @@ fn pack(workflow: &str) -> Pack {
 }
 
 fn prompt(p: &Pack, task: &str, turn: u32) -> String {
-    std::fs::read_to_string(p.path().join(format!("out/{task}.turn-{turn}.prompt"))).unwrap()
+    std::fs::read_to_string(p.probe().join(format!("out/{task}.turn-{turn}.prompt"))).unwrap()
 }
 
 // RFC-0002:C-TASK-FILES: an absent or mismatched file (and a missing declared field) is shown to
@@ -102,7 +102,7 @@ workflow([fixer, fine, use])
     assert!(!shown.contains("SECRET-VALUE"), "{shown}");
     // The repaired file is what was captured and staged.
     assert_eq!(
-        std::fs::read_to_string(p.path().join("seen"))
+        std::fs::read_to_string(p.probe().join("seen"))
             .unwrap()
             .trim(),
         r#"{"n": 3}"#
@@ -110,7 +110,7 @@ workflow([fixer, fine, use])
     // A turn that meets its contract is not repaired, and its row has no `repairs`.
     assert_eq!(p.row("fine")["status"], "pass");
     assert!(p.row("fine").get("repairs").is_none());
-    assert!(!p.path().join("out/fine.turn-1.prompt").exists());
+    assert!(!p.probe().join("out/fine.turn-1.prompt").exists());
 }
 
 // RFC-0002:C-TASK-FILES: repairs are bounded by the declared number; a result still broken after
@@ -139,7 +139,7 @@ workflow([stubborn])
     assert_eq!(labels, ["stubborn repair 1/2", "stubborn repair 2/2"]);
     let note = row["note"].as_str().unwrap();
     assert!(note.contains("declared file `s.json`"), "{note}");
-    assert!(!p.path().join("out/stubborn.turn-3.prompt").exists());
+    assert!(!p.probe().join("out/stubborn.turn-3.prompt").exists());
 }
 
 // DSL `repair`: repairs share the attempt's timeout: a repair turn that outlives it is killed

@@ -17,7 +17,7 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn new() -> Ledger {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::support::probe_dir();
         let path = dir.path().join("ledger");
         Ledger { _dir: dir, path }
     }
@@ -286,7 +286,7 @@ fn spawn(p: &Pack, ledger: &Ledger, mark: &str, args: &[&str]) -> Child {
     Command::new(BIN)
         .args(p.run_args(args))
         .current_dir(p.path())
-        .env("PACK", p.path())
+        .env("PACK", p.probe())
         .env("LEDGER", &ledger.path)
         .env("CRASH_MARK", mark)
         .stdin(Stdio::null())
@@ -896,32 +896,29 @@ fn the_workspace_is_rebuilt_from_the_pristine_checkout() {
 // before anything else, then runs the task again.
 #[test]
 fn a_resume_kills_what_the_dead_engine_left_running() {
-    let outside = tempfile::tempdir().unwrap();
-    let o = outside.path().display();
+    // Unsandboxed: in the sandbox the attempt dies with the engine already (sandbox.rs).
     let p = crate::support::Pack::playbook(&crate::support::command(
         "slow",
-        &format!(
-            "if [ -e {o}/second ]; then echo '{{}}'; exit 0; fi; touch {o}/second; sleep 300 & echo $! > {o}/bg.pid; touch {o}/started; wait"
-        ),
+        "if [ -e \"$PACK/second\" ]; then echo '{}'; exit 0; fi; touch \"$PACK/second\"; sleep 300 & echo $! > \"$PACK/bg.pid\"; touch \"$PACK/started\"; wait",
         "",
     ));
     let mut child = p
-        .command(&p.run_args(&[]))
+        .command(&p.run_args(&["--no-sandbox"]))
         .0
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    crate::support::wait_for_file(&outside.path().join("started"), 20);
+    crate::support::wait_for_file(&p.probe().join("started"), 20);
     child.kill().unwrap(); // SIGKILL: no stop, no shutdown
     child.wait().unwrap();
-    let pid = crate::support::read_pid(&outside.path().join("bg.pid"));
+    let pid = crate::support::read_pid(&p.probe().join("bg.pid"));
     assert!(
         !crate::support::process_gone(pid),
         "the orphan outlived the engine"
     );
 
-    let r = p.run(&["--resume"]);
+    let r = p.run(&["--resume", "--no-sandbox"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         crate::support::process_gone(pid),

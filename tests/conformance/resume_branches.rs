@@ -31,7 +31,7 @@ pub fn cut_after(p: &Pack, last: &str) {
 
 /// The names under the pack's `out/` (what ran and saved its inputs), emptied for the next run.
 fn take_saved(p: &Pack) -> BTreeSet<String> {
-    let out = p.path().join("out");
+    let out = p.probe().join("out");
     let names = std::fs::read_dir(&out)
         .map(|d| {
             d.map(|e| {
@@ -199,7 +199,7 @@ fn files_pack() -> Pack {
 }
 
 fn staged(p: &Pack) -> String {
-    std::fs::read_to_string(p.path().join("out/staged")).unwrap()
+    std::fs::read_to_string(p.probe().join("out/staged")).unwrap()
 }
 
 fn run_dir(p: &Pack) -> std::path::PathBuf {
@@ -220,7 +220,7 @@ fn a_folded_producers_set_is_staged_to_its_consumer() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert_eq!(staged(&p), "x\n");
     assert_eq!(p.saved("use")["make"]["files"], true);
-    assert!(!p.path().join("out/make").exists(), "make ran again");
+    assert!(!p.probe().join("out/make").exists(), "make ran again");
     assert_eq!(p.row("make")["files"], true);
     p.shutdown();
 }
@@ -244,7 +244,7 @@ fn a_lost_set_leaves_its_consumer_told_nothing_was_staged() {
     assert_eq!(staged(&p), "none\n");
     assert_eq!(p.saved("use")["make"]["files"], false);
     assert_eq!(p.row("use")["status"], "pass");
-    assert!(!p.path().join("out/make").exists(), "make ran again");
+    assert!(!p.probe().join("out/make").exists(), "make ran again");
     p.shutdown();
 }
 
@@ -273,7 +273,7 @@ fn a_reused_producers_set_reaches_the_rerun_consumer() {
     assert_eq!(staged(&p), "x\n");
     assert_eq!(p.saved("use")["make"]["files"], true);
     assert!(
-        !p.path().join("out/make").exists(),
+        !p.probe().join("out/make").exists(),
         "make was reused, not run"
     );
     assert_eq!(p.row("make")["reused_from"], parent.as_str());
@@ -374,7 +374,7 @@ fn the_workspace_gets_passing_sets_back_never_failing_ones() {
 
     let r = p.run(&["--resume"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    let seen = std::fs::read_to_string(p.path().join("out/look")).unwrap();
+    let seen = std::fs::read_to_string(p.probe().join("out/look")).unwrap();
     assert_eq!(
         seen, "good\ncat\nbad\n",
         "good's file, no e/bad.txt, bad's set staged"
@@ -438,7 +438,7 @@ fn mapped_files_pack() -> Pack {
 /// A result file the consumer wrote into the pack's `res/`, removed so the pack (and its
 /// digest, which a resume checks) is as it was.
 fn take_res(p: &Pack, name: &str) -> String {
-    let path = p.path().join("res").join(name);
+    let path = p.probe().join("res").join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(path).unwrap();
     text

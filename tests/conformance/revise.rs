@@ -187,7 +187,10 @@ workflow([draft, review])
     );
     std::fs::write(
         p.path().join("crucible.toml"),
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[env]\npass = [\"PACK\"]\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n",
+        format!(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"sh $PACK/agent.sh\"\n{}",
+            crate::support::observed_tables()
+        ),
     )
     .unwrap();
     let r = p.run(&["--max-cost", "1"]);
@@ -247,7 +250,10 @@ json.dump({"turn": n}, open("PLAN_TASK_RESULT.json", "w"))
     );
     std::fs::write(
         p.path().join("crucible.toml"),
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[env]\npass = [\"PACK\"]\n[agent]\nbackend = \"command\"\nagent_cmd = \"python3 $PACK/agent.py\"\n",
+        format!(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"python3 $PACK/agent.py\"\n{}",
+            crate::support::observed_tables()
+        ),
     )
     .unwrap();
     p
@@ -267,7 +273,7 @@ workflow([draft, review])
     let r = p.run(&[]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     let read =
-        |n: u32| std::fs::read_to_string(p.path().join(format!("out/turn-{n}.txt"))).unwrap();
+        |n: u32| std::fs::read_to_string(p.probe().join(format!("out/turn-{n}.txt"))).unwrap();
     let (one, two) = (read(1), read(2));
     let session = |t: &str| t.lines().next().unwrap().to_string();
     assert!(!session(&one).is_empty());

@@ -63,7 +63,7 @@ print("{}")
 }
 
 fn listed(p: &Pack, name: &str) -> Vec<String> {
-    std::fs::read_to_string(p.path().join("out").join(format!("{name}.ls")))
+    std::fs::read_to_string(p.probe().join("out").join(format!("{name}.ls")))
         .unwrap()
         .lines()
         .map(str::to_string)
@@ -71,7 +71,7 @@ fn listed(p: &Pack, name: &str) -> Vec<String> {
 }
 
 fn saved(p: &Pack, name: &str) -> Value {
-    let text = std::fs::read_to_string(p.path().join("out").join(format!("{name}.json"))).unwrap();
+    let text = std::fs::read_to_string(p.probe().join("out").join(format!("{name}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 

@@ -145,7 +145,10 @@ workflow([judge, gate, left, left2, left3, right, opt, passed, settled])"#
     // left3 is an agent: the chain going not_taken must not need a backend run or any spend.
     std::fs::write(
         p.path().join("crucible.toml"),
-        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[env]\npass = [\"PACK\"]\n[agent]\nbackend = \"command\"\nagent_cmd = \"false\"\n",
+        format!(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = \"false\"\n{}",
+            crate::support::observed_tables()
+        ),
     )
     .unwrap();
     let r = p.run(&["--max-cost", "0"]);

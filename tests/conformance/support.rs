@@ -10,9 +10,43 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_crucible");
 /// crash test's mark.
 pub const OBSERVED_ENV: [&str; 3] = ["PACK", "LEDGER", "CRASH_MARK"];
 
-/// A pack in a tempdir: `crucible.toml` plus whatever files a test adds.
+/// Where tests observe tasks from outside their sandbox: each pack's probe directory and each
+/// ledger live below it, and every test manifest exposes it (`[sandbox] expose`). The pack and
+/// the state directory stay hidden from tasks (issue 11), so a task reports through here.
+pub fn probe_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("probes");
+    std::fs::create_dir_all(&root).unwrap();
+    root
+}
+
+/// A fresh directory below [`probe_root`].
+pub fn probe_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(probe_root()).expect("probe dir")
+}
+
+/// The manifest tables test packs declare: the variables tasks report through, given to every
+/// task (a task gets nothing else from the launch environment), and the probe root exposed.
+pub fn observed_tables() -> String {
+    format!("{}{}", observed_env(), exposed_probes())
+}
+
+fn observed_env() -> String {
+    format!("\n[env]\npass = {OBSERVED_ENV:?}\n")
+}
+
+fn exposed_probes() -> String {
+    format!(
+        "\n[sandbox]\nexpose = [{:?}]\n",
+        probe_root().to_string_lossy()
+    )
+}
+
+/// A pack in a tempdir: `crucible.toml` plus whatever files a test adds. Its tasks see `$PACK`
+/// as its probe directory, which holds a copy of every file [`Pack::file`] adds: the pack itself
+/// is out of their reach.
 pub struct Pack {
     dir: tempfile::TempDir,
+    probe: tempfile::TempDir,
 }
 
 /// What one `crucible` invocation did.
@@ -29,18 +63,28 @@ impl Pack {
         Pack::with_manifest(&format!("[workflow]\ntype = \"playbook\"\n{body}"))
     }
 
-    /// A pack whose manifest is `manifest` plus the `[env]` declaration of the variables the
-    /// tests observe tasks through ([`OBSERVED_ENV`]), unless it declares its own: a task gets
-    /// nothing else from the launch environment (issue 11).
+    /// A pack whose manifest is `manifest` plus [`observed_tables`], each table unless it
+    /// declares its own.
     pub fn with_manifest(manifest: &str) -> Pack {
         let dir = tempfile::tempdir().expect("tempdir");
-        let manifest = if manifest.lines().any(|l| l.trim() == "[env]") {
-            manifest.to_string()
-        } else {
-            format!("{manifest}\n[env]\npass = {OBSERVED_ENV:?}\n")
-        };
+        let has = |table: &str| manifest.lines().any(|l| l.trim() == table);
+        let mut manifest = manifest.to_string();
+        if !has("[env]") {
+            manifest.push_str(&observed_env());
+        }
+        if !has("[sandbox]") {
+            manifest.push_str(&exposed_probes());
+        }
         std::fs::write(dir.path().join("crucible.toml"), manifest).unwrap();
-        Pack { dir }
+        Pack {
+            dir,
+            probe: probe_dir(),
+        }
+    }
+
+    /// The directory tasks see as `$PACK`: where they report, and a copy of the pack's files.
+    pub fn probe(&self) -> &Path {
+        self.probe.path()
     }
 
     pub fn path(&self) -> &Path {
@@ -55,10 +99,13 @@ impl Pack {
         self.path().join("workspace")
     }
 
+    /// Adds a file to the pack, and its copy to the probe.
     pub fn file(&self, rel: &str, content: &str) -> &Pack {
-        let p = self.path().join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
+        for root in [self.path(), self.probe()] {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
         self
     }
 
@@ -102,7 +149,7 @@ impl Pack {
         let mut c = Command::new(BIN);
         c.args(args)
             .current_dir(self.path())
-            .env("PACK", self.path())
+            .env("PACK", self.probe())
             .stdin(Stdio::null());
         Cmd(c)
     }
@@ -147,9 +194,9 @@ impl Pack {
         shutdowns[0].clone()
     }
 
-    /// The JSON a task wrote to `out/<name>.json` in the pack (tests have tasks save inputs).
+    /// The JSON a task wrote to `$PACK/out/<name>.json` (tests have tasks save inputs).
     pub fn saved(&self, name: &str) -> Value {
-        let text = std::fs::read_to_string(self.path().join("out").join(format!("{name}.json")))
+        let text = std::fs::read_to_string(self.probe().join("out").join(format!("{name}.json")))
             .unwrap_or_else(|e| panic!("out/{name}.json: {e}"));
         serde_json::from_str(&text).unwrap()
     }
@@ -234,4 +281,67 @@ pub fn agent_cli(name: &str) -> Option<PathBuf> {
         bin.display()
     );
     None
+}
+
+/// An argument for `sleep` that no other process uses (`3000.<unique digits>` seconds): it names
+/// the process on the host, where the pid a task sees in its own PID namespace means nothing.
+pub fn marked_sleep() -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("3000.{}{n:03}{t:09}", std::process::id())
+}
+
+/// The live (not zombie) host processes running `sleep <mark>`.
+pub fn sleeping(mark: &str) -> Vec<u32> {
+    let want = format!("sleep\0{mark}\0");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmd.ends_with(want.as_bytes()) && !process_gone(*pid)
+        })
+        .collect()
+}
+
+/// Fails unless every `sleep <mark>` is gone within 10 s.
+pub fn assert_all_gone(mark: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sleeping(mark).is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "sleep {mark} survived: {:?}",
+            sleeping(mark)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Writes `<probe>/<task>.settled` once `task`'s row is in the current run's log: a task waits
+/// on that file for another's settlement, since the log is out of its reach.
+pub fn announce_settled(p: &Pack, task: &str) -> std::thread::JoinHandle<()> {
+    let (state, flag) = (p.state(), p.probe().join(format!("{task}.settled")));
+    let needle = format!("\"task\":\"{task}\"");
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < until {
+            let log = std::fs::read_to_string(state.join("current"))
+                .ok()
+                .and_then(|c| {
+                    std::fs::read_to_string(state.join("runs").join(c.trim()).join("session.jsonl"))
+                        .ok()
+                });
+            if log.is_some_and(|l| l.contains(&needle)) {
+                std::fs::write(&flag, "").unwrap();
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    })
 }

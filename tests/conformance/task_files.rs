@@ -44,7 +44,7 @@ fn list_inputs() -> &'static str {
 }
 
 fn listed(p: &Pack, task: &str) -> String {
-    std::fs::read_to_string(p.path().join("out").join(format!("{task}.ls"))).unwrap()
+    std::fs::read_to_string(p.probe().join("out").join(format!("{task}.ls"))).unwrap()
 }
 
 // RFC-0002:C-TASK-FILES: a passing task's declared files are captured and staged read-only
@@ -79,7 +79,7 @@ fn passing_sets_reach_every_descendant_read_only() {
     assert_eq!(p.row("build")["files"], true);
     assert_eq!(p.row("test")["files"], false);
     assert_eq!(
-        std::fs::read_to_string(p.path().join("out/seen")).unwrap(),
+        std::fs::read_to_string(p.probe().join("out/seen")).unwrap(),
         "raw\nraw\nmore\n"
     );
     // Staged read-only: directories 555, files 444, grandparent included.
@@ -175,7 +175,8 @@ fn hostile(run: &str, declared: &str, expect: &str) {
         &format!("emits_files = [\"{declared}\"]"),
     ));
     p.file("outside/secret", "TOP-SECRET");
-    p.run(&[]);
+    // Unsandboxed: capture's own confinement must hold even where no sandbox stops the attack.
+    p.run(&["--no-sandbox"]);
     let row = p.row("evil");
     assert_eq!(row["status"], "fail", "{row}");
     assert_eq!(row["files"], false);
@@ -255,7 +256,7 @@ fn traversal_and_absolute_paths_are_refused_at_compile_time() {
             "{path}: {}",
             r.stderr
         );
-        assert!(!p.path().join("ran").exists(), "{path}: dispatched");
+        assert!(!p.probe().join("ran").exists(), "{path}: dispatched");
         let c = p.command(&["check".into(), "--manifest".into(), "crucible.toml".into()]);
         assert_eq!(c.run().code, 1, "{path}: check");
     }
@@ -282,7 +283,7 @@ fn a_file_swapped_for_a_link_during_capture_is_not_followed() {
     assert_eq!(r.code, 0, "{r:?}");
     // The hook is honoured by debug builds only; a release binary ignores the variable.
     assert_eq!(
-        p.path().join("swapped").exists(),
+        p.probe().join("swapped").exists(),
         cfg!(debug_assertions),
         "the hook ran in debug builds only"
     );
@@ -548,7 +549,7 @@ fn isolated_producers_files_reach_dependents() {
     assert_eq!(p.row("iso")["files"], true);
     for seen in ["shared.seen", "iso2.seen"] {
         assert_eq!(
-            std::fs::read_to_string(p.path().join(seen)).unwrap(),
+            std::fs::read_to_string(p.probe().join(seen)).unwrap(),
             "built"
         );
     }
@@ -582,14 +583,15 @@ fn a_writer_left_behind_by_an_isolated_producer_cannot_change_its_set() {
             "depends_on = [\"iso\"]"
         ),
     ));
-    let r = p.run(&[]);
+    // Unsandboxed: the sandbox kills what an attempt leaves behind before it can write.
+    let r = p.run(&["--no-sandbox"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        p.path().join("late.written").exists(),
+        p.probe().join("late.written").exists(),
         "the process left behind did not write"
     );
     assert_eq!(
-        std::fs::read_to_string(p.path().join("seen")).unwrap(),
+        std::fs::read_to_string(p.probe().join("seen")).unwrap(),
         "built"
     );
     let set = set(&p, "iso");
@@ -614,10 +616,11 @@ fn a_set_that_cannot_be_staged_blocks_the_consumer() {
             "printf a > a.txt; printf b > b.txt; echo '{}'",
             "emits_files = [\"a.txt\", \"b.txt\"]\nrequired = false"
         ),
-        // Tampers with the published set (the engine is not sandboxed from a task run as root).
+        // Tampers with the published set: unsandboxed, a task reaches the state directory
+        // (its inputs file is in it).
         command(
             "tamper",
-            "d=\"$(ls -d \"$PACK\"/state/runs/*/files/make)\"; chmod u+w \"$d\"; rm -f \"$d/b.txt\"; mkfifo \"$d/b.txt\"; echo '{}'",
+            "d=\"$(dirname \"$(dirname \"$CRUCIBLE_INPUTS_FILE\")\")/files/make\"; chmod u+w \"$d\"; rm -f \"$d/b.txt\"; mkfifo \"$d/b.txt\"; echo '{}'",
             "required = false\ndepends_on = [\"make\"]"
         ),
         command(
@@ -626,13 +629,13 @@ fn a_set_that_cannot_be_staged_blocks_the_consumer() {
             "required = false\ndepends_on = [\"tamper\"]"
         ),
     ));
-    p.run(&[]);
+    p.run(&["--no-sandbox"]);
     assert_eq!(p.row("tamper")["status"], "pass");
     let row = p.row("use");
     assert_eq!(row["status"], "blocked", "{row}");
     assert_eq!(row["blocked"]["reason"], "staging_refused");
     assert_eq!(row["blocked"]["task"], "make");
-    assert!(!p.path().join("used").exists());
+    assert!(!p.probe().join("used").exists());
     assert!(!p.workspace().join("inputs").exists());
 }
 
@@ -651,5 +654,5 @@ fn a_workspace_already_holding_inputs_is_refused() {
     let r = p.run(&[]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("already holds `inputs`"), "{}", r.stderr);
-    assert!(!p.path().join("ran").exists());
+    assert!(!p.probe().join("ran").exists());
 }

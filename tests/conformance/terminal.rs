@@ -73,7 +73,7 @@ fn escape_sequences_in_notes_stderr_and_item_keys_reach_the_live_view_escaped() 
     let out = Command::new("script")
         .args(["-qec", &format!("{BIN} {args}"), "/dev/null"])
         .current_dir(p.path())
-        .env("PACK", p.path())
+        .env("PACK", p.probe())
         .output()
         .expect("script(1) runs");
     let tty = String::from_utf8_lossy(&out.stdout);

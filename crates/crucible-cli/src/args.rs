@@ -143,6 +143,10 @@ pub struct RunArgs {
     /// Isolated tasks run concurrently up to this many (default: CPU count).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Run tasks unsandboxed, as the engine's own user (the default runs every attempt under
+    /// bubblewrap; docs/security.md).
+    #[arg(long = "no-sandbox")]
+    pub no_sandbox: bool,
     /// Run agent turns through this command instead of a harness.
     #[arg(long = "agent-cmd")]
     pub agent_cmd: Option<String>,

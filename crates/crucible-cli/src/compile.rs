@@ -602,6 +602,9 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             format!(" models=[{}]", o.models.join(", "))
         }
     );
+    if !print_sandbox(&m.manifest) {
+        findings += 1;
+    }
     print_task_env(&m.manifest);
     if findings == 0 {
         println!("check: ok");
@@ -610,6 +613,36 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
         println!("check: {findings} finding(s)");
         Ok(ExitCode::from(1))
     }
+}
+
+/// Where tasks run (issue 11): the sandbox `plan run` uses, or why it would refuse, or the
+/// opt-out; decided by the same function `plan run` calls. False when `plan run` would refuse.
+fn print_sandbox(m: &crucible_pack::Manifest) -> bool {
+    use crucible_engine::sandbox::{mode, Mode, FLAG};
+    let runs = match mode(false, m.sandbox.enabled) {
+        Ok(Mode::Bwrap(path)) => {
+            println!(
+                "sandbox: bubblewrap ({}): workspace read-write, staged inputs read-only, pack and state hidden, own PID namespace, private /tmp, network shared; {FLAG} runs unsandboxed",
+                path.display()
+            );
+            true
+        }
+        Ok(Mode::Off(why)) => {
+            println!("sandbox: off ({why}): tasks run as the engine's own user");
+            true
+        }
+        Err(refusal) => {
+            eprintln!("error[sandbox]: plan run would refuse: {refusal}");
+            false
+        }
+    };
+    if !m.sandbox.expose.is_empty() {
+        println!(
+            "  exposed read-write to every task: {}",
+            m.sandbox.expose.join(", ")
+        );
+    }
+    runs
 }
 
 /// What each kind of task receives in its environment (issue 11: an allowlist, nothing else the

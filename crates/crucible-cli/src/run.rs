@@ -130,6 +130,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         history,
         reports,
         max_asks,
+        no_sandbox: args.no_sandbox,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

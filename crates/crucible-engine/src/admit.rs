@@ -420,6 +420,7 @@ mod tests {
             history: crate::history::History::none(0),
             reports: Default::default(),
             max_asks: 10,
+            no_sandbox: false,
             agent_cmd: None,
             harness: None,
             model: None,

@@ -84,6 +84,16 @@ struct Report {
     key: u64,
 }
 
+impl Ctx {
+    /// The spawn an attempt runs: `spawn` under the run's sandbox, or as it is when opted out.
+    fn sandboxed(&self, spawn: crucible_agent::spawn::Spawn) -> crucible_agent::spawn::Spawn {
+        match &self.sandbox {
+            Some(sb) => sb.wrap(spawn),
+            None => spawn,
+        }
+    }
+}
+
 impl Report {
     /// Masks the values of declared secrets in everything the task's process wrote (issue 11).
     fn mask(&mut self, masker: &crate::taskenv::Masker) {
@@ -172,6 +182,8 @@ struct Ctx {
     /// What runs agent turns (admission requires it when the plan has agent tasks).
     agents: Agents,
     agent_env: Vec<(String, String)>,
+    /// The bubblewrap layout every attempt's spawn is wrapped in; `None` when opted out.
+    sandbox: Option<crate::sandbox::Sandbox>,
     /// The launch variables every task receives (the base and `[env]`).
     task_env: crate::taskenv::TaskEnv,
     /// The run's declared secrets, masked in everything a task's process wrote.
@@ -297,6 +309,10 @@ pub async fn execute(
     let ws = std::path::absolute(&ws).map_err(refused("workspace"))?;
     let state_dir = std::path::absolute(&req.state_dir).map_err(refused("state directory"))?;
     // Admission refused a state directory and a workspace that overlap.
+    // Issue 11: every attempt under bubblewrap unless the operator opted out; refused here,
+    // before anything is touched, when it is wanted and missing.
+    let sandbox_mode = crate::sandbox::mode(req.no_sandbox, req.manifest.manifest.sandbox.enabled)
+        .map_err(RunError::refused)?;
     // One engine per state directory and workspace, from before either is touched to the end.
     let mut engine_lock = crate::lock::EngineLock::take(&state_dir)?;
     crate::lock::check_workspace(&ws, &state_dir)?;
@@ -454,6 +470,16 @@ pub async fn execute(
             &req.inference,
             &crate::admit::prices(&req.manifest),
         )?,
+        sandbox: match sandbox_mode {
+            crate::sandbox::Mode::Bwrap(bwrap) => Some(crate::sandbox::Sandbox::new(
+                bwrap,
+                &req.manifest.manifest.sandbox.expose,
+                &req.manifest.dir,
+                &state_dir,
+                &run_dir,
+            )),
+            crate::sandbox::Mode::Off(_) => None,
+        },
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         agent_env: agent

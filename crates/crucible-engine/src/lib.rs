@@ -18,6 +18,7 @@ mod proc;
 pub mod report;
 mod rerun;
 mod resume;
+pub mod sandbox;
 pub mod state;
 pub mod taskenv;
 mod taskfiles;
@@ -64,6 +65,8 @@ pub struct RunRequest {
     pub reports: report::ReportConfig,
     /// The most asks the run may emit (RFC-0002:C-ASKS).
     pub max_asks: u32,
+    /// `--no-sandbox`: the operator's opt-out of the bubblewrap sandbox.
+    pub no_sandbox: bool,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

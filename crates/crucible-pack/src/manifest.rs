@@ -21,6 +21,8 @@ pub struct Manifest {
     #[serde(default)]
     pub env: EnvConfig,
     #[serde(default)]
+    pub sandbox: SandboxConfig,
+    #[serde(default)]
     pub workflow: Option<WorkflowConfig>,
     #[serde(default)]
     pub judge: Option<Judge>,
@@ -199,6 +201,32 @@ pub struct PriceEntry {
     pub output: f64,
     #[serde(default)]
     pub cached_input: Option<f64>,
+}
+
+/// `[sandbox]`: the bubblewrap sandbox every attempt runs in (issue 11; docs/security.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `false` opts the pack out: its tasks run unsandboxed, as the engine's user.
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    /// Absolute host paths every task may read and write (a shared cache, a results drop).
+    /// The pack and the state directory stay hidden even below one of them.
+    #[serde(default)]
+    pub expose: Vec<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> SandboxConfig {
+        SandboxConfig {
+            enabled: true,
+            expose: Vec::new(),
+        }
+    }
+}
+
+fn enabled_by_default() -> bool {
+    true
 }
 
 /// Which launch settings a launch may supply (RFC-0002:C-PLAYBOOK-PARAMS). Everything is
@@ -470,6 +498,11 @@ pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
                 "[env] names {name}: CRUCIBLE_ variables are the engine's task contract and its own settings, never passed through"
             )));
         }
+    }
+    if let Some(p) = (manifest.sandbox.expose.iter()).find(|p| !Path::new(p).is_absolute()) {
+        return Err(err(format!(
+            "[sandbox] expose names {p:?}: exposed host paths are absolute"
+        )));
     }
     if manifest.agent.goal.is_some() && manifest.agent.goal_file.is_some() {
         return Err(err(

@@ -167,11 +167,11 @@ pub(super) async fn run(
         let mut conversation = None;
         let transport = match &agent {
             None => {
-                let spawn = Spawn::shell(
+                let spawn = ctx.sandboxed(Spawn::shell(
                     task.run.as_deref().expect("admission requires run"),
                     &cwd,
                     env.clone(),
-                );
+                ));
                 match proc::run(&spawn, deadline, abort.clone(), None).await {
                     Err(e) => Some(TurnError::Spawn(e)),
                     Ok(f) => {
@@ -533,7 +533,7 @@ async fn agent_turn(
     report: &mut Report,
 ) -> Result<Option<String>, TurnError> {
     crucible_agent::clear_result(turn.cwd);
-    let spawn = harness.spawn(turn);
+    let spawn = ctx.sandboxed(harness.spawn(turn));
     let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut progress = Progress::default();
     // What the attempt's earlier turns spent, under this one's streamed spend.

@@ -1,0 +1,190 @@
+//! Every attempt in a sandbox (issue 11, item 1; RFC-0002:C-PLAYBOOK-BUDGET, C-TASK-FILES,
+//! C-PLAYBOOK-RESUME): each test is an attack a hostile task made on an unsandboxed engine. The
+//! operator stop endings (SIGTERM, a second signal) are in `stop.rs`.
+
+use crate::support::{assert_all_gone, command, marked_sleep, sleeping, wait_for_file, Pack};
+use std::process::Stdio;
+
+// The forged-row resume: a task appends a passing row for the gate to its run's session log and
+// kills its parent. The log is out of its reach and its parent is its sandbox's init, so the
+// gate still runs, fails, and the run (and its resumption) stays invalid.
+#[test]
+fn the_forged_row_resume() {
+    let forged = r#"{"v":1,"kind":"task_result","ts":"2026-01-01T00:00:00.000Z","task":"gate","status":"pass","note":"forged","output":{},"attempts":1,"cost_usd":0.0,"secs":0.0,"score":null,"files":false}"#;
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        command(
+            "evil",
+            &format!(
+                "for l in ../state/runs/*/session.jsonl; do echo '{forged}' >> \"$l\"; done; kill -9 $PPID; echo '{{}}'"
+            ),
+            "required = false"
+        ),
+        "[[workflow.task]]\nname = \"gate\"\nkind = \"evaluate\"\nrun = \"echo '{\\\"pass\\\": false}'\"\ndepends_on = [\"evil\"]\njoin = \"settled\"\n",
+    ));
+    let first = p.run(&[]);
+    let resumed = p.run(&["--resume"]);
+    assert_eq!(resumed.code, 3, "{first:?}\n{resumed:?}");
+    let log = crate::resume::log_text(&p);
+    assert!(!log.contains("forged"), "{log}");
+    assert_eq!(p.row("gate")["status"], "fail");
+    assert_eq!(p.shutdown()["verdict"], "invalid");
+}
+
+// A task edits `../workflow.star`: the pack is hidden, so the edit never reaches it and the
+// run can be resumed and relaunched unchanged.
+#[test]
+fn the_workflow_star_edit_fails() {
+    let star = "a = command(name = \"a\", run = \"echo '# pwned' >> ../workflow.star; echo '{}'\")\nworkflow([a])\n";
+    let p = Pack::with_manifest("[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n");
+    p.file("workflow.star", star);
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("workflow.star")).unwrap(),
+        star
+    );
+    assert_eq!(p.run(&[]).code, 0);
+}
+
+// The root write to a staged input: the engine runs as root here, which ignores mode bits; the
+// staged `inputs/` is a read-only bind mount, which root cannot write through either.
+#[test]
+fn the_root_write_to_a_staged_input_fails() {
+    let p = Pack::playbook(&format!(
+        "{}{}",
+        command(
+            "make",
+            "printf made > a.txt; echo '{}'",
+            "emits_files = [\"a.txt\"]"
+        ),
+        command(
+            "use",
+            "chmod -R u+w inputs 2>/dev/null; if printf x >> inputs/make/a.txt 2>/dev/null; then exit 1; fi; \
+             if touch inputs/new 2>/dev/null; then exit 1; fi; echo '{}'",
+            "depends_on = [\"make\"]"
+        ),
+    ));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.row("use")["status"], "pass");
+}
+
+/// A task that leaves `setsid sleep <mark>` behind, says it started, then runs `then`.
+fn survivor(mark: &str, then: &str) -> String {
+    format!("setsid sleep {mark} </dev/null >/dev/null 2>&1 & touch \"$PACK/started\"; {then}")
+}
+
+// The setsid survivor after a normal pass: the attempt is over when its process exits.
+#[test]
+fn the_setsid_survivor_after_a_pass() {
+    let mark = marked_sleep();
+    let p = Pack::playbook(&command("pass", &survivor(&mark, "echo '{}'"), ""));
+    assert_eq!(p.run(&[]).code, 0);
+    assert_all_gone(&mark);
+}
+
+// The setsid survivor after the task's own timeout.
+#[test]
+fn the_setsid_survivor_after_a_task_timeout() {
+    let mark = marked_sleep();
+    let p = Pack::playbook(&command(
+        "hang",
+        &survivor(&mark, "sleep 60"),
+        "timeout_secs = 1",
+    ));
+    assert_eq!(p.run(&[]).code, 3);
+    assert_eq!(
+        p.row("hang")["note"],
+        "timed out: the task ran past its 1s limit"
+    );
+    assert_all_gone(&mark);
+}
+
+// The setsid survivor after the run's wall-clock ceiling (--max-time).
+#[test]
+fn the_setsid_survivor_after_max_time() {
+    let mark = marked_sleep();
+    let p = Pack::playbook(&command("hang", &survivor(&mark, "sleep 60"), ""));
+    assert_eq!(p.run(&["--max-time", "1s"]).code, 3);
+    assert_eq!(p.shutdown()["ceiling"], "wall_clock");
+    assert_all_gone(&mark);
+}
+
+// The setsid survivor after SIGKILL of the engine and --resume: the attempt's namespace dies
+// with the engine, before any resume.
+#[test]
+fn the_setsid_survivor_after_sigkill_and_resume() {
+    let mark = marked_sleep();
+    let p = Pack::playbook(&command(
+        "slow",
+        &format!(
+            "if [ -e \"$PACK/second\" ]; then echo '{{}}'; exit 0; fi; touch \"$PACK/second\"; {}",
+            survivor(&mark, "wait")
+        ),
+        "",
+    ));
+    let mut child = p
+        .command(&p.run_args(&[]))
+        .0
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&p.probe().join("started"), 20);
+    assert!(!sleeping(&mark).is_empty(), "the survivor never started");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_all_gone(&mark);
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.row("slow")["status"], "pass");
+}
+
+// No bubblewrap: `plan run` refuses before dispatch naming the package and the opt-outs, and
+// `check` reports the same; `--no-sandbox` and `[sandbox] enabled = false` run unsandboxed,
+// where a task sees the pack.
+#[test]
+fn without_bubblewrap_the_run_is_refused_unless_opted_out() {
+    let p = Pack::playbook(&command("a", "test -e ../crucible.toml && echo '{}'", ""));
+    // Only `sh` on PATH: no `bwrap`.
+    let bin = crate::support::probe_dir();
+    let sh = std::process::Command::new("sh")
+        .args(["-c", "command -v sh"])
+        .output()
+        .unwrap();
+    let sh = String::from_utf8(sh.stdout).unwrap();
+    std::os::unix::fs::symlink(sh.trim(), bin.path().join("sh")).unwrap();
+    let path = bin.path().to_string_lossy().into_owned();
+    let refused = p.command(&p.run_args(&[])).env("PATH", &path).run();
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains("`bubblewrap` package"),
+        "{refused:?}"
+    );
+    assert!(refused.stderr.contains("--no-sandbox"), "{refused:?}");
+    assert!(!p.state().join("runs").exists(), "nothing was dispatched");
+    let check = p.check().env("PATH", &path).run();
+    assert_eq!(check.code, 1, "{check:?}");
+    assert!(check.stderr.contains("`bubblewrap` package"), "{check:?}");
+    let off = p
+        .command(&p.run_args(&["--no-sandbox"]))
+        .env("PATH", &path)
+        .run();
+    assert_eq!(off.code, 0, "{off:?}");
+    // In the sandbox the same task cannot see the pack.
+    assert_eq!(p.run(&[]).code, 3);
+
+    let q = Pack::playbook(&format!(
+        "[sandbox]\nenabled = false\n{}",
+        command("a", "test -e ../crucible.toml && echo '{}'", "")
+    ));
+    let check = q.check().run();
+    assert!(
+        check
+            .stdout
+            .contains("sandbox: off ([sandbox] enabled = false)"),
+        "{check:?}"
+    );
+    assert_eq!(q.run(&[]).code, 0);
+}
