@@ -30,14 +30,25 @@ fn sigterm_stops_the_run() {
     wait_for_file(&p.probe().join("started"), 20);
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(3));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
     let s = p.shutdown();
     assert_eq!(
         (s["outcome"].as_str(), s["verdict"].as_str()),
         (Some("stopped"), Some("invalid"))
     );
-    assert!(!p.has_row("long") && !p.has_row("later") && !p.has_row("epi"));
+    // Issue 11 item 6: the attempt the stop killed ran and gets its row; nothing else ran.
+    let long = p.row("long");
+    assert_eq!(long["status"], "fail");
+    assert_eq!(long["note"], "stopped by the operator");
+    assert_eq!(long["attempts"], 1);
+    assert!(!p.has_row("later") && !p.has_row("epi"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("long fail"), "{stdout}");
+    assert!(
+        stdout.contains("later unsettled (never dispatched)"),
+        "{stdout}"
+    );
     assert!(!p.probe().join("epi.ran").exists());
     assert!(
         !p.workspace().join("half.txt").exists(),

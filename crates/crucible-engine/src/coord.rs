@@ -1001,7 +1001,9 @@ impl Coord<'_> {
             self.task(i).stage == Stage::Iteration && self.task(i).required && halting(&row);
         self.state[i] = TaskState::Settled(Box::new(row));
         self.pending.push_back((seq, i));
-        if halts && self.halted_by.is_none() && !self.truncated {
+        // After a stop, rows of the attempts it killed say only that: dispatch already ended,
+        // and what was never dispatched stays unsettled rather than blocked by them.
+        if halts && self.halted_by.is_none() && !self.truncated && !self.stopped {
             self.halt(i);
         }
     }
@@ -1050,7 +1052,7 @@ impl Coord<'_> {
             Stage::Iteration => self.phase == Phase::Main,
             Stage::Epilogue => self.phase == Phase::Epilogue,
         };
-        if !stage_open {
+        if !stage_open || self.stopped {
             return;
         }
         // Joins, `when`, fan-out, routes and loop bodies (RFC-0002:C-SETTLED-JOIN).
@@ -1067,9 +1069,7 @@ impl Coord<'_> {
     }
 
     fn done(&mut self, i: usize, report: Report) {
-        if !self.attempt_ended(i, &report) {
-            return;
-        }
+        self.attempt_ended(i, &report);
         let r = self.attempt_row(i, self.task(i).name.clone(), report);
         self.settle(i, r);
     }
@@ -1100,8 +1100,10 @@ impl Coord<'_> {
     }
 
     /// Frees the lane an attempt of task `i` held and applies what its report says about the
-    /// run. Returns whether the attempt settles: one killed by an operator stop does not.
-    fn attempt_ended(&mut self, i: usize, report: &Report) -> bool {
+    /// run. Every attempt then settles, one killed by an operator stop included: it ran and
+    /// spent, so it gets a row (failed, "stopped by the operator"), never "never dispatched"
+    /// (issue 11 item 6). Its changes are discarded like any failure's.
+    fn attempt_ended(&mut self, i: usize, report: &Report) {
         self.in_flight -= 1;
         // Its row (or its sub-row) counts what it spent from here on.
         self.streaming.remove(&report.key);
@@ -1109,10 +1111,6 @@ impl Coord<'_> {
             self.isolated_busy -= 1;
         } else {
             self.shared_busy = false;
-        }
-        if report.stopped {
-            // Killed by an operator stop: it never settled, so it gets no row.
-            return false;
         }
         // The attempt saw the ceiling fall before the coordinator's own timer did: the ceiling
         // comes first, so what it left undispatched is blocked by the ceiling, not by this
@@ -1125,7 +1123,6 @@ impl Coord<'_> {
                 self.completion = Some(reason);
             }
         }
-        true
     }
 
     fn on_stop(&mut self) {

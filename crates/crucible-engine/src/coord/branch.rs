@@ -568,25 +568,21 @@ impl Coord<'_> {
 
     /// An instance or a round came back.
     pub(super) fn sub_done(&mut self, i: usize, sub: Sub, report: Report) {
-        let settles = self.attempt_ended(i, &report);
+        self.attempt_ended(i, &report);
         match sub {
             Sub::Instance(key) => {
                 if let Some(f) = self.br.fanouts.get_mut(&i) {
                     f.lanes.settled();
                 }
-                if settles {
-                    let name = fanout::instance_name(&self.task(i).name, &key);
-                    let r = self.attempt_row(i, name, report);
-                    self.instance_settled(i, &key, r);
-                }
+                let name = fanout::instance_name(&self.task(i).name, &key);
+                let r = self.attempt_row(i, name, report);
+                self.instance_settled(i, &key, r);
             }
             Sub::Round => {
                 let l = self.br.member_of[&i];
                 self.br.loops[l].in_flight = false;
-                if settles {
-                    let r = self.attempt_row(i, self.task(i).name.clone(), report);
-                    self.round_settled(l, r, true);
-                }
+                let r = self.attempt_row(i, self.task(i).name.clone(), report);
+                self.round_settled(l, r, true);
             }
         }
     }
