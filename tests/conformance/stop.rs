@@ -22,7 +22,7 @@ fn sigterm_stops_the_run() {
         )
     ));
     let mut cmd = p.command(&p.run_args(&[])).0;
-    let mut child = cmd
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
