@@ -236,3 +236,53 @@ fn audit_example_files_asks_and_reads_its_series() {
         "{ask}"
     );
 }
+
+// Issue 10: the agents example runs on the real Claude CLI against the scripted endpoint (its
+// prompts are written for a real model; the endpoint's default script makes the fix): the turn
+// fixes the bug, answers with its summary, and the test grades it.
+#[test]
+fn agents_example_runs_on_the_scripted_endpoint() {
+    let Some(cli) = crate::support::agent_cli("claude") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&repo_root().join("examples/agents"), tmp.path());
+    let manifest = tmp.path().join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        format!(
+            "{text}\n[agent.cli]\nclaude = {:?}\n",
+            cli.to_string_lossy()
+        ),
+    )
+    .unwrap();
+    let fixed = "def greet(name):\n    return \"Hello, \" + name + \"!\"\n";
+    // An existing file is edited through the shell: Claude's Write tool wants it read first.
+    let model = crate::model_double::ModelDouble::with_default(serde_json::json!({
+        "write": {"PLAN_TASK_RESULT.json": "{\"summary\": \"added the comma and the bang\"}"},
+        "bash": "printf 'def greet(name):\\n    return \"Hello, \" + name + \"!\"\\n' > src/greet.py"
+    }));
+    let binding = serde_json::json!({"version": 1, "bindings": [{"role": "agent", "protocol": "messages",
+        "url": model.url(), "model": "claude-sonnet-4-5", "key_env": "SCRIPTED_KEY"}]});
+    let out = Command::new(BIN)
+        .args(["plan", "run", "--max-cost", "1", "--max-time", "10m"])
+        .current_dir(tmp.path())
+        .env("CRUCIBLE_INFERENCE", binding.to_string())
+        .env("SCRIPTED_KEY", "sk-scripted")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("verdict: valid"), "{text}");
+    let ws = tmp.path().join("workspace");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/greet.py")).unwrap(),
+        fixed
+    );
+    assert!(git_log(&ws).contains("task fix"), "{}", git_log(&ws));
+}

@@ -30,6 +30,8 @@ pub struct Seen {
 pub struct ModelDouble {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The script of a call whose prompt carries none (an example's real prompt).
+    default: Option<Value>,
 }
 
 /// Input and output tokens every answer reports.
@@ -37,18 +39,33 @@ pub const USAGE: (u64, u64) = (1000, 50);
 
 impl ModelDouble {
     pub fn start() -> ModelDouble {
+        ModelDouble::serving(None)
+    }
+
+    /// A double whose calls without a script of their own follow `script`: for a pack whose
+    /// prompts are written for a real model.
+    pub fn with_default(script: Value) -> ModelDouble {
+        ModelDouble::serving(Some(script))
+    }
+
+    fn serving(default: Option<Value>) -> ModelDouble {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
+        let fallback = default.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { return };
-                let log = Arc::clone(&log);
-                std::thread::spawn(move || serve(stream, &log));
+                let (log, fallback) = (Arc::clone(&log), fallback.clone());
+                std::thread::spawn(move || serve(stream, &log, fallback.as_ref()));
             }
         });
-        ModelDouble { port, seen }
+        ModelDouble {
+            port,
+            seen,
+            default,
+        }
     }
 
     /// The endpoint's base URL (with `/v1`).
@@ -64,13 +81,17 @@ impl ModelDouble {
     pub fn scripted_calls(&self) -> Vec<Seen> {
         self.requests()
             .into_iter()
-            .filter(|s| script(&s.body).is_some())
+            .filter(|s| script(&s.body, self.default.as_ref()).is_some())
             .collect()
     }
 }
 
-/// The `SCRIPT:{...}` a request's messages carry, if any.
-pub fn script(body: &Value) -> Option<Value> {
+/// The `SCRIPT:{...}` a request's messages carry, else the default script, if any.
+pub fn script(body: &Value, default: Option<&Value>) -> Option<Value> {
+    own_script(body).or_else(|| default.cloned())
+}
+
+fn own_script(body: &Value) -> Option<Value> {
     let text = body.get("messages").or(body.get("input"))?.to_string();
     let at = text.rfind("SCRIPT:")? + "SCRIPT:".len();
     // The JSON is escaped inside the messages' JSON text: unescape one level by parsing.
@@ -81,7 +102,7 @@ pub fn script(body: &Value) -> Option<Value> {
 }
 
 /// Serves requests on one connection until it closes.
-fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
+fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>, default: Option<&Value>) {
     let Ok(read) = stream.try_clone() else { return };
     let mut reader = BufReader::new(read);
     let mut out = stream;
@@ -98,7 +119,7 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
             key,
             body: body.clone(),
         });
-        let script = script(&body);
+        let script = script(&body, default);
         if let Some(ms) = script.as_ref().and_then(|s| s["delay_ms"].as_u64()) {
             std::thread::sleep(Duration::from_millis(ms));
         }
