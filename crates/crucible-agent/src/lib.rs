@@ -12,7 +12,7 @@ pub mod inference;
 pub mod prices;
 pub mod spawn;
 
-use crucible_plan::markers;
+use crucible_plan::{markers, wire};
 use serde_json::Value;
 use std::path::Path;
 
@@ -111,19 +111,31 @@ pub fn take_result(task: &str, workdir: &Path) -> Result<TurnResult, AgentError>
         task: task.to_string(),
         kind,
     };
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_bounded(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(err(AgentErrorKind::NoResult))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            let _ = std::fs::remove_file(&path);
+            return Err(err(AgentErrorKind::OverBound));
         }
         Err(e) => return Err(err(AgentErrorKind::Unreadable(e.to_string()))),
     };
     // The file is the turn's answer, not part of the work: it must not reach a commit.
     let _ = std::fs::remove_file(&path);
-    let output: Value = serde_json::from_str(text.trim())
-        .map_err(|e| err(AgentErrorKind::NotJson(e.to_string())))?;
+    let output: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        err(if e.to_string().contains("recursion limit") {
+            AgentErrorKind::TooDeep
+        } else {
+            AgentErrorKind::NotJson(e.to_string())
+        })
+    })?;
     if !output.is_object() {
         return Err(err(AgentErrorKind::NotObject));
+    }
+    if wire::json_depth(&output) > wire::MAX_OUTPUT_DEPTH {
+        return Err(err(AgentErrorKind::TooDeep));
     }
     let cost_usd = output
         .get("cost_usd")
@@ -131,6 +143,24 @@ pub fn take_result(task: &str, workdir: &Path) -> Result<TurnResult, AgentError>
         .filter(|c| c.is_finite() && *c >= 0.0)
         .unwrap_or(0.0);
     Ok(TurnResult { output, cost_usd })
+}
+
+/// The result file's text, refused (`FileTooLarge`) past `wire::MAX_RESULT_BYTES` from its size
+/// or from what was read, so a huge or sparse file is never read whole (issue 11 item 6).
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let over = || std::io::Error::from(std::io::ErrorKind::FileTooLarge);
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() > wire::MAX_RESULT_BYTES as u64 {
+        return Err(over());
+    }
+    let mut text = String::new();
+    file.take(wire::MAX_RESULT_BYTES as u64 + 1)
+        .read_to_string(&mut text)?;
+    if text.len() > wire::MAX_RESULT_BYTES {
+        return Err(over());
+    }
+    Ok(text)
 }
 
 /// Removes a result file a previous turn left behind, so a stale answer is never read.
@@ -155,6 +185,16 @@ pub enum AgentErrorKind {
     NotJson(String),
     #[error("{RESULT_FILE} is not a JSON object")]
     NotObject,
+    #[error(
+        "{RESULT_FILE} is over the bound of {} bytes for a result",
+        wire::MAX_RESULT_BYTES
+    )]
+    OverBound,
+    #[error(
+        "{RESULT_FILE} nests deeper than the bound of {} levels",
+        wire::MAX_OUTPUT_DEPTH
+    )]
+    TooDeep,
     #[error("a dependency's output carries the external-input marker text, so it cannot be placed in a marked region of the prompt")]
     MarkerInInputs,
 }
@@ -212,6 +252,31 @@ mod tests {
         assert!(matches!(
             take_result("t", &d).unwrap_err().kind,
             AgentErrorKind::NotObject
+        ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    // Issue 11 item 6: a result the log could not hold is refused at capture, naming the bound,
+    // and a huge (here sparse) file is refused from its size without being read.
+    #[test]
+    fn oversized_or_too_deep_result_files_are_refused_naming_the_bound() {
+        let d = std::env::temp_dir().join(format!("crucible-agent-bound-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = std::fs::File::create(d.join(RESULT_FILE)).unwrap();
+        f.set_len(2 << 30).unwrap();
+        let e = take_result("t", &d).unwrap_err();
+        assert!(matches!(e.kind, AgentErrorKind::OverBound), "{e}");
+        assert!(e.to_string().contains("524288 bytes"), "{e}");
+        assert!(!d.join(RESULT_FILE).exists());
+        let deep = format!("{}1{}", "{\"a\":".repeat(126), "}".repeat(126));
+        std::fs::write(d.join(RESULT_FILE), deep).unwrap();
+        let e = take_result("t", &d).unwrap_err();
+        assert!(matches!(e.kind, AgentErrorKind::TooDeep), "{e}");
+        let deeper = format!("{}1{}", "{\"a\":".repeat(200), "}".repeat(200));
+        std::fs::write(d.join(RESULT_FILE), deeper).unwrap();
+        assert!(matches!(
+            take_result("t", &d).unwrap_err().kind,
+            AgentErrorKind::TooDeep
         ));
         std::fs::remove_dir_all(&d).unwrap();
     }
