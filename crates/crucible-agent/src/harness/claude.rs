@@ -62,12 +62,7 @@ impl Harness for Claude {
         if let Some(key) = &self.setup.key {
             set("ANTHROPIC_API_KEY", key);
         }
-        Spawn {
-            argv,
-            env,
-            cwd: turn.cwd.to_path_buf(),
-            mounts: self.setup.mounts(turn),
-        }
+        self.setup.spawn(turn, argv, env)
     }
 
     fn read_line(&self, line: &[u8], progress: &mut Progress) {
@@ -118,20 +113,13 @@ impl Harness for Claude {
     }
 
     fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome {
-        let mut transport = progress.transport;
-        if exit != Some(0) && transport.is_none() && progress.errors.is_empty() {
-            // It ended without a word on its stream: the harness itself failed.
-            transport = Some(format!(
-                "claude ended ({}) without a result event",
-                exit.map_or("by a signal".to_string(), |c| format!("exit {c}"))
-            ));
-        }
-        TurnOutcome {
-            result: crate::take_result(turn.task, turn.cwd),
-            session_id: progress.session_id,
-            spent_usd: progress.spent_usd,
-            transport,
-            note: (!progress.errors.is_empty()).then(|| progress.errors.join("; ")),
-        }
+        let quiet = progress.errors.is_empty();
+        super::outcome(
+            ("claude", "without a result event"),
+            turn,
+            progress,
+            exit,
+            quiet,
+        )
     }
 }

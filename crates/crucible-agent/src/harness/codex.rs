@@ -81,12 +81,7 @@ impl Harness for Codex {
         if let Some(key) = &self.setup.key {
             env.push((KEY_ENV.into(), key.clone()));
         }
-        Spawn {
-            argv,
-            env,
-            cwd: turn.cwd.to_path_buf(),
-            mounts: self.setup.mounts(turn),
-        }
+        self.setup.spawn(turn, argv, env)
     }
 
     fn read_line(&self, line: &[u8], progress: &mut Progress) {
@@ -131,19 +126,13 @@ impl Harness for Codex {
     }
 
     fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome {
-        let mut transport = progress.transport;
-        if exit != Some(0) && transport.is_none() {
-            transport = Some(format!(
-                "codex ended ({}) with no error on its stream",
-                exit.map_or("by a signal".to_string(), |c| format!("exit {c}"))
-            ));
-        }
-        TurnOutcome {
-            result: crate::take_result(turn.task, turn.cwd),
-            session_id: progress.session_id,
-            spent_usd: progress.spent_usd,
-            transport,
-            note: (!progress.errors.is_empty()).then(|| progress.errors.join("; ")),
-        }
+        let quiet = true;
+        super::outcome(
+            ("codex", "with no error on its stream"),
+            turn,
+            progress,
+            exit,
+            quiet,
+        )
     }
 }

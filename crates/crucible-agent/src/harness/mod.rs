@@ -270,6 +270,16 @@ impl Local {
         self.endpoint.as_ref().map_or("", |b| b.model.as_str())
     }
 
+    /// The process of `turn`: `argv` with `env`, in the turn's workspace, with its mounts.
+    fn spawn(&self, turn: &Turn<'_>, argv: Vec<String>, env: Vec<(String, String)>) -> Spawn {
+        Spawn {
+            argv,
+            env,
+            cwd: turn.cwd.to_path_buf(),
+            mounts: self.mounts(turn),
+        }
+    }
+
     /// The turn's base environment with `HOME` set to the harness's own directory, so nothing
     /// of the operator's own configuration is read or written.
     fn env(&self, turn: &Turn<'_>) -> Vec<(String, String)> {
@@ -289,6 +299,31 @@ pub fn local(kind: HarnessKind, setup: Local) -> Result<Box<dyn Harness>, String
         HarnessKind::Codex => Box::new(codex::Codex::new(setup)?),
         HarnessKind::Pi => Box::new(pi::Pi::new(setup)?),
     })
+}
+
+/// A finished turn of a CLI harness: its result file and what its stream said. A CLI that
+/// exited non-zero without a failure on its stream (`quiet`) failed in transport: `ended`
+/// says how, after the exit.
+fn outcome(
+    ended: (&str, &str),
+    turn: &Turn<'_>,
+    progress: Progress,
+    exit: Option<i32>,
+    quiet: bool,
+) -> TurnOutcome {
+    let mut transport = progress.transport;
+    if exit != Some(0) && transport.is_none() && quiet {
+        let how = exit.map_or("by a signal".to_string(), |c| format!("exit {c}"));
+        let (name, what) = ended;
+        transport = Some(format!("{name} ended ({how}) {what}"));
+    }
+    TurnOutcome {
+        result: crate::take_result(turn.task, turn.cwd),
+        session_id: progress.session_id,
+        spent_usd: progress.spent_usd,
+        transport,
+        note: (!progress.errors.is_empty()).then(|| progress.errors.join("; ")),
+    }
 }
 
 /// The text of a long prompt that cannot go on the command line: a pointer to its file.

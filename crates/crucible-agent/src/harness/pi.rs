@@ -91,12 +91,7 @@ impl Harness for Pi {
         if let Some(key) = &self.setup.key {
             env.push((KEY_ENV.into(), key.clone()));
         }
-        Spawn {
-            argv,
-            env,
-            cwd: turn.cwd.to_path_buf(),
-            mounts: self.setup.mounts(turn),
-        }
+        self.setup.spawn(turn, argv, env)
     }
 
     fn read_line(&self, line: &[u8], progress: &mut Progress) {
@@ -145,19 +140,13 @@ impl Harness for Pi {
     }
 
     fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome {
-        let mut transport = progress.transport;
-        if exit != Some(0) && transport.is_none() && progress.errors.is_empty() {
-            transport = Some(format!(
-                "pi ended ({}) with no error on its stream",
-                exit.map_or("by a signal".to_string(), |c| format!("exit {c}"))
-            ));
-        }
-        TurnOutcome {
-            result: crate::take_result(turn.task, turn.cwd),
-            session_id: progress.session_id,
-            spent_usd: progress.spent_usd,
-            transport,
-            note: (!progress.errors.is_empty()).then(|| progress.errors.join("; ")),
-        }
+        let quiet = progress.errors.is_empty();
+        super::outcome(
+            ("pi", "with no error on its stream"),
+            turn,
+            progress,
+            exit,
+            quiet,
+        )
     }
 }
