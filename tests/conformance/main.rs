@@ -14,6 +14,7 @@ mod asks;
 mod budget;
 mod caps;
 mod compile_bombs;
+mod conformance_map;
 mod example_branching;
 mod examples;
 mod fanout;
