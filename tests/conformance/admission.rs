@@ -184,7 +184,7 @@ fn check_refuses_everything_plan_run_refuses_with_the_same_reason() {
             case.name,
             r.stderr
         );
-        assert!(!p.path().join("ran").exists(), "{}: dispatched", case.name);
+        assert!(!p.probe().join("ran").exists(), "{}: dispatched", case.name);
         let runs = p.state().join("runs");
         let left = std::fs::read_dir(&runs).map_or(0, |d| d.count());
         assert_eq!(left, 0, "{}: a refused run leaves no run", case.name);
@@ -251,6 +251,6 @@ fn check_refuses_the_operator_settings_plan_run_refuses() {
         let r = p.command(&p.run_args(&[])).env(var, value).run();
         assert_eq!(r.code, 1, "{var}: {r:?}");
         assert!(r.stderr.contains(reason), "{var}: {}", r.stderr);
-        assert!(!p.path().join("ran").exists(), "{var}: dispatched");
+        assert!(!p.probe().join("ran").exists(), "{var}: dispatched");
     }
 }

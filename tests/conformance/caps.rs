@@ -19,7 +19,7 @@ fn required_unrunnable_task_truncates_the_plan() {
     ));
     let r = p.run(&[]);
     assert_eq!(r.code, 3, "{r:?}");
-    assert!(!p.path().join("ran").exists(), "nothing may dispatch");
+    assert!(!p.probe().join("ran").exists(), "nothing may dispatch");
     assert_eq!(p.row("train")["status"], "truncated");
     assert_eq!(
         p.row("prep")["blocked"],

@@ -204,21 +204,37 @@ fn status_pass_never_widens_a_failure() {
 }
 
 // RFC-0002:C-PLAYBOOK-PARAMS: command and evaluate tasks get the bound values under the reserved
-// input "params", each with its declared type; defaults fill what the launch leaves out.
+// input "params", each with its declared type; defaults fill what the launch leaves out. An agent
+// task never does: neither its prompt nor its environment holds a value its prompt did not mark.
 #[test]
 fn command_and_evaluate_tasks_get_params() {
     let p = crate::fanout::star(
         r#"params = {"topic": {"type": "string", "default": "slag"}, "n": {"type": "integer", "default": 3}, "tags": {"type": "list", "default": []}}
 c = command(name = "c", run = "python3 $PACK/save.py")
 e = evaluate(name = "e", run = "python3 $PACK/save.py")
-workflow([c, e])
+a = agent(name = "a", prompt = "Say nothing.", depends_on = [c])
+workflow([c, e, a])
 "#,
     );
-    let r = p.run(&["--param", "topic=rust", "--param", "tags=a,b"]);
+    let spy = r#"mkdir -p "$PACK/out"; { printf '%s' "$CRUCIBLE_PROMPT"; env; } > "$PACK/out/a.seen"; echo '{}' > PLAN_TASK_RESULT.json"#;
+    let r = p.run(&[
+        "--param",
+        "topic=zebra-quartz",
+        "--param",
+        "tags=a,b",
+        "--agent-cmd",
+        spy,
+    ]);
     assert_eq!(r.code, 0, "{r:?}");
-    let expected = json!({"topic": "rust", "n": 3, "tags": ["a", "b"]});
+    let expected = json!({"topic": "zebra-quartz", "n": 3, "tags": ["a", "b"]});
     for task in ["c", "e"] {
         let saved = p.saved(task);
         assert_eq!(saved["params"], expected, "{task}: {saved}");
     }
+    let seen = std::fs::read_to_string(p.probe().join("out/a.seen")).unwrap();
+    assert!(seen.contains("Say nothing."), "{seen}");
+    assert!(
+        !seen.contains("zebra-quartz") && !seen.contains("\"params\""),
+        "{seen}"
+    );
 }

@@ -146,6 +146,37 @@ fn bad_answers_fail_and_server_errors_are_transport() {
     }
 }
 
+// A decision model that cannot be reached is a transport failure like a 5xx: retried twice,
+// then settled `transport` naming it, its dependents blocked.
+#[test]
+fn an_unreachable_decision_model_is_transport() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let binding = format!(
+        r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "system_one", "url": "http://127.0.0.1:{closed}/v1/systemone", "model": "s1-test"}}]}}"#
+    );
+    let p = pack();
+    let r = p
+        .command(&p.run_args(&[]))
+        .env("CRUCIBLE_INFERENCE", &binding)
+        .run();
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = p.row("model");
+    assert_eq!(
+        (row["status"].as_str(), row["attempts"].as_u64()),
+        (Some("transport"), Some(3)),
+        "{row}"
+    );
+    assert!(
+        row["note"].as_str().unwrap().contains("unreachable"),
+        "{row}"
+    );
+    assert_eq!(p.row("go")["status"], "blocked");
+}
+
 // C-INFERENCE: a malformed binding is refused before any work; a binding whose key variable is
 // unset, or the `decision` capability without a binding, is refused before any dispatch.
 #[test]

@@ -175,7 +175,7 @@ fn emits_files_naming_dot_git_is_refused_before_dispatch() {
         assert!(check.stderr.contains(".git"), "{}", check.stderr);
         let r = p.run(&[]);
         assert_eq!(r.code, 1, "{path}: {r:?}");
-        assert!(!p.path().join("ran").exists(), "nothing was dispatched");
+        assert!(!p.probe().join("ran").exists(), "nothing was dispatched");
         assert!(!r.stdout.contains("state/runs") && !r.stderr.contains("gitdir"));
     }
 }

@@ -184,3 +184,36 @@ fn oversized_reports_fail_and_bounds_are_discoverable() {
         r.stderr
     );
 }
+
+// RFC-0002:C-REPORTS: the card carries the verdict and cost, and a bounded task status context:
+// a graph of more tasks than the bound lists 20 statuses, while the header counts every task.
+#[test]
+fn the_cards_task_status_context_is_bounded() {
+    let names: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
+    let tasks: String = names
+        .iter()
+        .map(|n| format!("{n} = command(name = \"{n}\", run = \"echo '{{}}'\")\n"))
+        .collect();
+    let p = star(&format!(
+        "{tasks}notify = report(name = \"notify\", destination = {{\"kind\": \"slack\"}})\nworkflow([{}, notify])\n",
+        names.join(", ")
+    ));
+    let slack = HttpDouble::start(vec![(200, "ok".into())]);
+    let r = run(&p, Some(&slack), &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let b = blocks(&slack.requests()[0].body);
+    assert_eq!(
+        b[1]["text"]["text"],
+        "*Verdict:* valid   *Cost:* $0.00   *Tasks:* 25 passed, 0 failed"
+    );
+    let context = b
+        .iter()
+        .find(|b| b["type"] == "context")
+        .expect("a status context");
+    let statuses = context["elements"][0]["text"].as_str().unwrap();
+    assert_eq!(statuses.split(" · ").count(), 20, "{statuses}");
+    assert!(
+        statuses.starts_with("t") && statuses.contains(": pass"),
+        "{statuses}"
+    );
+}

@@ -234,7 +234,7 @@ fn passing_rounds_commit() {
 }
 
 /// `star` with the command agent backend running `$PACK/agent.py`, which records each turn's
-/// session id and prompt under `out/turn-N.txt` and answers `{"turn": N}`.
+/// session id and prompt under `out/turn-N.txt` and answers `{"turn": N}` at $0.25 a turn.
 fn with_agent(src: &str) -> Pack {
     let p = star(src);
     p.file(
@@ -245,7 +245,7 @@ os.makedirs(out, exist_ok=True)
 n = len([f for f in os.listdir(out) if f.startswith("turn-")]) + 1
 with open(os.path.join(out, "turn-%d.txt" % n), "w") as f:
     f.write(os.environ.get("CRUCIBLE_AGENT_SESSION_ID", "") + "\n" + os.environ["CRUCIBLE_PROMPT"])
-json.dump({"turn": n}, open("PLAN_TASK_RESULT.json", "w"))
+json.dump({"turn": n, "cost_usd": 0.25}, open("PLAN_TASK_RESULT.json", "w"))
 "#,
     );
     std::fs::write(
@@ -261,6 +261,7 @@ json.dump({"turn": n}, open("PLAN_TASK_RESULT.json", "w"))
 
 // RFC-0002:C-REVISE-LOOP: an agent target sees `revision` in its prompt as JSON under the key
 // "revision" from round 2 on, and a body task in a session resumes that session every round.
+// Each round's row carries that round's spend; the row under the task's own name sums them.
 #[test]
 fn agent_target_sees_revision_and_resumes_its_session() {
     let p = with_agent(
@@ -281,7 +282,19 @@ workflow([draft, review])
     assert!(!one.contains("\"revision\""));
     assert!(two.contains("\"revision\": {"), "{two}");
     assert!(two.contains("\"reviewer\": \"review\""), "{two}");
-    assert_eq!(p.row("draft")["output"], json!({"turn": 2}));
+    assert_eq!(
+        p.row("draft")["output"],
+        json!({"turn": 2, "cost_usd": 0.25})
+    );
+    for round in ["draft[round-1]", "draft[round-2]"] {
+        assert_eq!(p.row(round)["cost_usd"], 0.25, "{round}");
+    }
+    let draft = p.row("draft");
+    assert_eq!(
+        (draft["cost_usd"].as_f64(), draft["attempts"].as_u64()),
+        (Some(0.5), Some(2))
+    );
+    assert_eq!(p.shutdown()["spent_usd"], 0.5);
 }
 
 // RFC-0002:C-REVISE-LOOP, C-PLAYBOOK-CAPS: a body task that cannot run on the substrate makes the

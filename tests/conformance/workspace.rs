@@ -78,7 +78,7 @@ fn glob_injects_expand_and_an_empty_glob_is_refused() {
     let r = q.run(&[]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("nothing/*.csv"), "{}", r.stderr);
-    assert!(!q.path().join("ran").exists());
+    assert!(!q.probe().join("ran").exists());
 }
 
 // A failing setup_cmd is a refusal before any dispatch: exit 1, nothing run, no run recorded.
@@ -99,7 +99,7 @@ fn a_failing_setup_cmd_is_refused_before_dispatch() {
         "{}",
         r.stderr
     );
-    assert!(!p.path().join("ran").exists());
+    assert!(!p.probe().join("ran").exists());
     assert!(!p.state().join("current").exists());
 }
 

@@ -685,8 +685,43 @@ mod tests {
         n.maximum = Some(1.0);
         assert!(check_value(&n, &json!(0.75)).is_ok());
         assert!(check_value(&n, &json!(2)).is_err());
-        let schema = to_schema(Some(&ParamsBlock { decls: vec![d, n] }));
+        assert!(check_value(&n, &json!(0.25)).is_err());
+        let mut c = decl(ParamType::Integer);
+        c.name = "c".into();
+        c.choices = Some(vec![json!(1), json!(2)]);
+        assert!(check_value(&c, &json!(2)).is_ok());
+        assert!(check_value(&c, &json!(3)).is_err());
+        let mut l = decl(ParamType::List);
+        l.name = "l".into();
+        l.required = true;
+        let mut m = decl(ParamType::String);
+        m.name = "m".into();
+        m.multiline = true;
+        m.description = Some("notes".into());
+        m.default = Some(json!("none"));
+        // RFC-0002:C-PLAYBOOK-PARAMS: the block as a JSON Schema, each declaration's type and
+        // constraint as the schema keyword a validator or a launch form reads.
+        let schema = to_schema(Some(&ParamsBlock {
+            decls: vec![d, n, c, l, m],
+        }));
         assert_eq!(schema["properties"]["x"]["pattern"], "^[a-z]+$");
+        assert_eq!(
+            schema["properties"]["n"],
+            json!({"type": "number", "minimum": 0.5, "maximum": 1.0})
+        );
+        assert_eq!(
+            schema["properties"]["c"],
+            json!({"type": "integer", "enum": [1, 2]})
+        );
+        assert_eq!(
+            schema["properties"]["l"],
+            json!({"type": "array", "items": {"type": "string"}})
+        );
+        assert_eq!(
+            schema["properties"]["m"],
+            json!({"type": "string", "description": "notes", "default": "none", "x-crucible-multiline": true})
+        );
+        assert_eq!(schema["required"], json!(["l"]));
         assert!(jsonschema::draft202012::meta::is_valid(&schema));
     }
 }

@@ -603,17 +603,23 @@ mod tests {
     #[test]
     fn lane_rules() {
         let d = tmp();
-        let p = write(
-            &d,
-            "crucible.toml",
-            "[repo]\npath = \".\"\n[workflow]\ntype = \"custom\"\n",
-        );
-        assert!(load(&p)
-            .unwrap()
-            .workflow_type()
-            .unwrap_err()
-            .message
-            .contains("needs a [judge]"));
+        // RFC-0002:C-PLAYBOOK-LANE: without [judge], every type but "playbook" is refused.
+        for ty in ["custom", "autoresearch"] {
+            let p = write(
+                &d,
+                "crucible.toml",
+                &format!("[repo]\npath = \".\"\n[workflow]\ntype = \"{ty}\"\n"),
+            );
+            assert!(
+                load(&p)
+                    .unwrap()
+                    .workflow_type()
+                    .unwrap_err()
+                    .message
+                    .contains("needs a [judge]"),
+                "{ty}"
+            );
+        }
         let p = write(&d, "crucible.x.toml", "[workflow]\ntype = \"playbook\"\n[judge]\nmeasure_cmd = \"true\"\ndirection = \"higher\"\n");
         let m = load(&p).unwrap();
         assert_eq!(m.variant, "x");

@@ -1771,6 +1771,18 @@ pub(crate) mod tests {
         let mut p = plan(vec![cmd("a", &[]), k]);
         p.workflow_type = WorkflowType::Custom;
         assert_eq!(rules_of(&p), vec![format!("{}:k", rules::JOIN)]);
+        for kind in [TaskKind::Report, TaskKind::Engine] {
+            let mut t = Task::new("t", kind);
+            t.depends_on = vec!["a".into()];
+            t.join = Join::Settled;
+            let mut p = plan(vec![cmd("a", &[]), t]);
+            p.workflow_type = WorkflowType::Custom;
+            let found = rules_of(&p);
+            assert!(
+                found.contains(&format!("{}:t", rules::JOIN)),
+                "{kind}: {found:?}"
+            );
+        }
     }
 
     // RFC-0001:C-ROUTE — coverage counts drop, and `when` must name a dependency's question.
