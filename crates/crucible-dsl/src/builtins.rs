@@ -4,6 +4,7 @@
 use crate::ctx::{Args, Pending, WhenDecl, WorkflowDecl, R};
 use crate::diag::rules;
 use crate::settings;
+use crate::signature::ctor;
 use crate::values::{
     Marked, OptionalDep, Part, QuestionValue, SchemaValue, SessionValue, TaskRef, WorkflowValue,
     SENTINEL,
@@ -23,36 +24,6 @@ use starlark::values::{Value, ValueLike};
 use std::collections::BTreeMap;
 
 type Kw<'v> = SmallMap<String, Value<'v>>;
-
-const GRAPH: &[&str] = &[
-    "depends_on",
-    "needs",
-    "join",
-    "required",
-    "isolated",
-    "emits",
-    "emits_files",
-    "over",
-    "max_fanout",
-    "keyed",
-    "revise",
-    "max_rounds",
-    "timeout",
-    "stage",
-    "history",
-    "when",
-    "answers",
-    "otherwise",
-];
-const AGENT_ONLY: &[&str] = &["harness", "model", "effort", "sandbox", "session", "repair"];
-
-fn allowed(own: &[&'static str], shared: &[&[&'static str]]) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = own.to_vec();
-    for s in shared {
-        v.extend_from_slice(s);
-    }
-    v
-}
 
 /// Registers a task and returns its value.
 fn register<'v>(
@@ -429,16 +400,11 @@ fn question<'v>(a: &Args<'v, '_>, eval: &Evaluator<'v, '_, '_>, q: Question) -> 
     eval.heap().alloc(QuestionValue { idx: qs.len() - 1 })
 }
 
-fn engine_task<'v>(
-    eval: &mut Evaluator<'v, '_, '_>,
-    ctor: &'static str,
-    kw: Kw<'v>,
-    extra: &[&'static str],
-) -> R<Value<'v>> {
-    let own = allowed(&["name", "depends_on"], &[extra]);
-    let mut a = Args::new(eval, ctor, Vec::new(), &[], kw, &own)?;
+/// An engine-owned step of the scored loop; each reads only the arguments its table declares.
+fn engine_task<'v>(eval: &mut Evaluator<'v, '_, '_>, op: &'static str, kw: Kw<'v>) -> R<Value<'v>> {
+    let mut a = Args::new(eval, ctor(op), Vec::new(), kw)?;
     let mut t = Task::new(name_arg(&mut a)?, TaskKind::Engine);
-    t.op = Some(ctor.to_string());
+    t.op = Some(op.to_string());
     t.depends_on = a.deps("depends_on", false)?.0;
     for arg in ["score", "tiebreak", "measurement"] {
         if let Some((_, n)) = a.task(arg)? {
@@ -481,8 +447,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let own = allowed(&["name", "prompt"], &[AGENT_ONLY, GRAPH]);
-        let mut a = Args::new(eval, "agent", Vec::new(), &[], kwargs, &own)?;
+        let mut a = Args::new(eval, ctor("agent"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Agent);
         let p = a.take("prompt");
         let p = a.require("prompt", p)?;
@@ -496,8 +461,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let own = allowed(&["name", "skill", "args"], &[AGENT_ONLY, GRAPH]);
-        let mut a = Args::new(eval, "skill", Vec::new(), &[], kwargs, &own)?;
+        let mut a = Args::new(eval, ctor("skill"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Agent);
         let dir = a.req_str("skill")?;
         let dir = dir.trim_end_matches('/').to_string();
@@ -567,8 +531,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let own = allowed(&["name", "run", "repair"], &[GRAPH]);
-        let mut a = Args::new(eval, "command", Vec::new(), &[], kwargs, &own)?;
+        let mut a = Args::new(eval, ctor("command"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Command);
         t.run = Some(a.req_str("run")?);
         refuse_repair(&mut a)?;
@@ -580,11 +543,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let own = allowed(
-            &["name", "run", "threshold", "direction", "repair"],
-            &[GRAPH],
-        );
-        let mut a = Args::new(eval, "evaluate", Vec::new(), &[], kwargs, &own)?;
+        let mut a = Args::new(eval, ctor("evaluate"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Evaluate);
         t.run = Some(a.req_str("run")?);
         t.threshold = a.number("threshold")?;
@@ -598,15 +557,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let own = [
-            "name",
-            "destination",
-            "template",
-            "result",
-            "severity_field",
-            "required",
-        ];
-        let mut a = Args::new(eval, "report", Vec::new(), &[], kwargs, &own)?;
+        let mut a = Args::new(eval, ctor("report"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Report);
         // A report runs after the main graph settles and selects its result without an edge
         // (RFC-0002:C-REPORTS), so it always compiles into the epilogue.
@@ -650,14 +601,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "session",
-            Vec::new(),
-            &[],
-            kwargs,
-            &["name", "harness", "model", "effort"],
-        )?;
+        let mut a = Args::new(eval, ctor("session"), Vec::new(), kwargs)?;
         let name = a.req_str("name")?;
         let (harness, model, effort) = agent_config(&mut a)?;
         let s = SessionValue {
@@ -674,7 +618,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(eval, "param", args.items, &["name"], kwargs, &[])?;
+        let mut a = Args::new(eval, ctor("param"), args.items, kwargs)?;
         let v = a.take_pos(0, "name");
         let v = a.require("name", v)?;
         let name = a.as_str("#0", v)?;
@@ -721,7 +665,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(eval, "prompt_file", args.items, &["path"], kwargs, &[])?;
+        let mut a = Args::new(eval, ctor("prompt_file"), args.items, kwargs)?;
         let v = a.take_pos(0, "path");
         let v = a.require("path", v)?;
         let path = a.as_str("#0", v)?;
@@ -742,7 +686,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(eval, "schema_file", args.items, &["path"], kwargs, &[])?;
+        let mut a = Args::new(eval, ctor("schema_file"), args.items, kwargs)?;
         let v = a.take_pos(0, "path");
         let v = a.require("path", v)?;
         let path = a.as_str("#0", v)?;
@@ -768,7 +712,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(eval, "optional", args.items, &["task"], kwargs, &[])?;
+        let mut a = Args::new(eval, ctor("optional"), args.items, kwargs)?;
         let v = a.take_pos(0, "task");
         let v = a.require("task", v)?;
         let (idx, name) = a.as_task("#0", v)?;
@@ -780,14 +724,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "workflow",
-            args.items,
-            &["tasks"],
-            kwargs,
-            &["type", "result", "history_record"],
-        )?;
+        let mut a = Args::new(eval, ctor("workflow"), args.items, kwargs)?;
         let v = a.take_pos(0, "tasks");
         let v = a.require("tasks", v)?;
         // Errors point at the positional list; passed as `tasks = ...` they fall back to the call.
@@ -846,7 +783,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
         if x.downcast_ref::<Marked>().is_some() {
-            let a = Args::new(eval, "str", vec![x], &["x"], SmallMap::new(), &[])?;
+            let a = Args::new(eval, ctor("str"), vec![x], SmallMap::new())?;
             return Err(a.fail(Some("#0"), rules::PARAMS, "str() of a value from outside the pack".into(), "concatenate the value with + into a prompt; a command reads it from `params` in $CRUCIBLE_INPUTS_FILE".into()));
         }
         if x.unpack_str().is_some() {
@@ -861,7 +798,7 @@ pub fn common(builder: &mut GlobalsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
         if x.downcast_ref::<Marked>().is_some() {
-            let a = Args::new(eval, "repr", vec![x], &["x"], SmallMap::new(), &[])?;
+            let a = Args::new(eval, ctor("repr"), vec![x], SmallMap::new())?;
             return Err(a.fail(
                 Some("#0"),
                 rules::PARAMS,
@@ -926,28 +863,7 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let own = [
-            "name",
-            "questions",
-            "min_confidence",
-            "source",
-            "human",
-            "review",
-            "timeout",
-            "files",
-            "over",
-            "max_fanout",
-            "keyed",
-            "depends_on",
-            "required",
-            "join",
-            "stage",
-            "when",
-            "answers",
-            "otherwise",
-            "needs",
-        ];
-        let mut a = Args::new(eval, "route", Vec::new(), &[], kwargs, &own)?;
+        let mut a = Args::new(eval, ctor("route"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Route);
         let qv = a.take("questions");
         let qv = a.require("questions", qv)?;
@@ -998,7 +914,7 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(eval, "noul", Vec::new(), &[], kwargs, &["ask", "drop"])?;
+        let mut a = Args::new(eval, ctor("noul"), Vec::new(), kwargs)?;
         let q = Question {
             drop: a.str_or_list("drop")?.unwrap_or_default(),
             ..Question::noul(a.str("ask")?.unwrap_or_default())
@@ -1010,14 +926,7 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "choice",
-            Vec::new(),
-            &[],
-            kwargs,
-            &["ask", "options", "multiple", "drop"],
-        )?;
+        let mut a = Args::new(eval, ctor("choice"), Vec::new(), kwargs)?;
         let ask = a.str("ask")?.unwrap_or_default();
         let opts = a.take("options");
         let opts = a.require("options", opts)?;
@@ -1045,14 +954,7 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "score",
-            Vec::new(),
-            &[],
-            kwargs,
-            &["ask", "levels", "drop"],
-        )?;
+        let mut a = Args::new(eval, ctor("score"), Vec::new(), kwargs)?;
         let ask = a.str("ask")?.unwrap_or_default();
         let lv = a.take("levels");
         let lv = a.require("levels", lv)?;
@@ -1069,14 +971,7 @@ pub fn routes(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "pick",
-            Vec::new(),
-            &[],
-            kwargs,
-            &["ask", "source", "multiple"],
-        )?;
+        let mut a = Args::new(eval, ctor("pick"), Vec::new(), kwargs)?;
         let ask = a.str("ask")?.unwrap_or_default();
         let Some((_, task, field)) = a.field("source")? else {
             return Err(a.fail(
@@ -1101,54 +996,42 @@ pub fn scored(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        engine_task(eval, "propose", kwargs, &["session"])
+        engine_task(eval, "propose", kwargs)
     }
 
     fn apply<'v>(
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        engine_task(eval, "apply", kwargs, &[])
+        engine_task(eval, "apply", kwargs)
     }
 
     fn measure<'v>(
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        engine_task(eval, "measure", kwargs, &[])
+        engine_task(eval, "measure", kwargs)
     }
 
     fn grade<'v>(
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        engine_task(
-            eval,
-            "grade",
-            kwargs,
-            &["score", "tiebreak", "evidence", "join"],
-        )
+        engine_task(eval, "grade", kwargs)
     }
 
     fn decide<'v>(
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        engine_task(eval, "decide", kwargs, &["measurement"])
+        engine_task(eval, "decide", kwargs)
     }
 
     fn top_k<'v>(
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "top_k",
-            Vec::new(),
-            &[],
-            kwargs,
-            &["name", "k", "direction", "depends_on", "required"],
-        )?;
+        let mut a = Args::new(eval, ctor("top_k"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::TopK);
         t.k = a.uint("k", 1, i32::MAX as i64, rules::ARG)?;
         t.direction = direction(&mut a)?;
@@ -1165,14 +1048,7 @@ pub fn scored(builder: &mut GlobalsBuilder) {
         #[starlark(kwargs)] kwargs: Kw<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let mut a = Args::new(
-            eval,
-            "default_autoresearch",
-            args.items,
-            &["extra_tasks"],
-            kwargs,
-            &[],
-        )?;
+        let mut a = Args::new(eval, ctor("default_autoresearch"), args.items, kwargs)?;
         let extra = match a.take_pos(0, "extra_tasks") {
             None => Vec::new(),
             Some(v) => a.items("#0", v)?,

@@ -1,6 +1,7 @@
 //! The compile context every constructor writes into, and argument parsing with spans.
 
 use crate::diag::{did_you_mean, rules, Diagnostic};
+use crate::signature::{Ctor, Read, Ty};
 use crate::values::{FieldRefValue, Marked, OptionalDep, TaskRef, SENTINEL};
 use crate::Limits;
 use crucible_pack::files::PackDir;
@@ -213,6 +214,7 @@ impl Ctx {
 pub struct Args<'v, 'c> {
     pub ctx: &'c Ctx,
     pub ctor: &'static str,
+    pub spec: &'static Ctor,
     pub loc: Loc,
     kw: SmallMap<String, Value<'v>>,
     positional: Vec<Value<'v>>,
@@ -221,24 +223,26 @@ pub struct Args<'v, 'c> {
 pub type R<T> = anyhow::Result<T>;
 
 impl<'v, 'c> Args<'v, 'c> {
-    /// Checks the names against `allowed` (with a did-you-mean) and the positional count.
+    /// Checks the names against the constructor's table (with a did-you-mean) and the
+    /// positional count.
     pub fn new(
         eval: &Evaluator<'v, 'c, '_>,
-        ctor: &'static str,
+        spec: &'static Ctor,
         positional: Vec<Value<'v>>,
-        positional_names: &[&str],
         kw: SmallMap<String, Value<'v>>,
-        allowed: &[&str],
     ) -> R<Args<'v, 'c>> {
         let ctx = Ctx::get(eval);
         let loc = ctx.call_loc(eval);
+        let ctor = spec.name;
         let a = Args {
             ctx,
             ctor,
+            spec,
             loc,
             kw,
             positional,
         };
+        let positional_names = spec.positional();
         if a.positional.len() > positional_names.len() {
             let msg = if positional_names.is_empty() {
                 format!("{ctor}() takes keyword arguments only")
@@ -255,28 +259,39 @@ impl<'v, 'c> Args<'v, 'c> {
                 format!("pass arguments by name, as {ctor}(name = ...)"),
             ));
         }
+        let names: Vec<&str> = spec
+            .keywords()
+            .into_iter()
+            .chain(positional_names)
+            .collect();
         for key in a.kw.keys() {
-            if !allowed.contains(&key.as_str()) && !positional_names.contains(&key.as_str()) {
+            if !names.contains(&key.as_str()) {
                 let mut d = ctx.diag(
                     &a.loc,
                     Some(key),
                     rules::ARG,
                     format!("{ctor}() has no argument `{key}`"),
-                    format!(
-                        "use one of: {}",
-                        allowed
-                            .iter()
-                            .chain(positional_names)
-                            .copied()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    format!("use one of: {}", names.join(", ")),
                 );
-                d.did_you_mean = did_you_mean(key, allowed.iter().chain(positional_names).copied());
+                d.did_you_mean = did_you_mean(key, names.iter().copied());
                 return Err(ctx.fail(d));
             }
         }
         Ok(a)
+    }
+
+    /// In debug builds, that a declared argument is read the way its row says: the tables the
+    /// reference is generated from cannot drift from what the compiler reads.
+    fn reads(&self, name: &str, read: Read) {
+        if let Some(arg) = self.spec.arg(name) {
+            debug_assert_eq!(
+                arg.ty.read(),
+                Some(read),
+                "{}(): `{name}` is read as {read:?} but its row says {:?}",
+                self.ctor,
+                arg.ty
+            );
+        }
     }
 
     pub fn fail(
@@ -332,6 +347,11 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn require(&self, name: &str, v: Option<Value<'v>>) -> R<Value<'v>> {
+        debug_assert!(
+            self.spec.arg(name).is_some_and(|a| a.required),
+            "{}(): `{name}` is required but its row does not say so",
+            self.ctor
+        );
         v.ok_or_else(|| {
             self.fail(
                 None,
@@ -361,16 +381,23 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn str(&mut self, name: &str) -> R<Option<String>> {
+        self.reads(name, Read::Str);
+        self.take_str(name)
+    }
+
+    fn take_str(&mut self, name: &str) -> R<Option<String>> {
         self.take(name).map(|v| self.as_str(name, v)).transpose()
     }
 
     pub fn req_str(&mut self, name: &str) -> R<String> {
+        self.reads(name, Read::Str);
         let v = self.take(name);
         let v = self.require(name, v)?;
         self.as_str(name, v)
     }
 
     pub fn int(&mut self, name: &str) -> R<Option<i64>> {
+        self.reads(name, Read::Int);
         match self.take(name) {
             None => Ok(None),
             Some(v) => match v.unpack_i32() {
@@ -395,6 +422,7 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn bool(&mut self, name: &str) -> R<Option<bool>> {
+        self.reads(name, Read::Bool);
         match self.take(name) {
             None => Ok(None),
             Some(v) => match v.unpack_bool() {
@@ -405,6 +433,7 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn number(&mut self, name: &str) -> R<Option<f64>> {
+        self.reads(name, Read::Number);
         match self.take(name) {
             None => Ok(None),
             Some(v) => {
@@ -446,11 +475,13 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn task(&mut self, name: &str) -> R<Option<(usize, String)>> {
+        self.reads(name, Read::Task);
         self.take(name).map(|v| self.as_task(name, v)).transpose()
     }
 
     /// A task or a list of tasks.
     pub fn tasks(&mut self, name: &str) -> R<Vec<(usize, String)>> {
+        self.reads(name, Read::Tasks);
         match self.take(name) {
             None => Ok(Vec::new()),
             Some(v) if v.downcast_ref::<TaskRef>().is_some() => Ok(vec![self.as_task(name, v)?]),
@@ -464,6 +495,15 @@ impl<'v, 'c> Args<'v, 'c> {
 
     /// `depends_on`: tasks and `optional(task)`s; returns every name and the optional ones.
     pub fn deps(&mut self, name: &str, allow_optional: bool) -> R<(Vec<String>, Vec<String>)> {
+        self.reads(name, Read::Deps);
+        if let Some(arg) = self.spec.arg(name) {
+            debug_assert_eq!(
+                arg.ty == Ty::Deps,
+                allow_optional,
+                "{}(): whether `{name}` takes optional() disagrees with its row",
+                self.ctor
+            );
+        }
         let Some(v) = self.take(name) else {
             return Ok((Vec::new(), Vec::new()));
         };
@@ -489,6 +529,7 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn field(&mut self, name: &str) -> R<Option<(usize, String, String)>> {
+        self.reads(name, Read::Field);
         match self.take(name) {
             None => Ok(None),
             Some(v) => match v.downcast_ref::<FieldRefValue>() {
@@ -499,6 +540,7 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn fields(&mut self, name: &str) -> R<Vec<(String, String)>> {
+        self.reads(name, Read::Fields);
         let Some(v) = self.take(name) else {
             return Ok(Vec::new());
         };
@@ -512,6 +554,7 @@ impl<'v, 'c> Args<'v, 'c> {
     }
 
     pub fn str_list(&mut self, name: &str) -> R<Option<Vec<String>>> {
+        self.reads(name, Read::StrList);
         match self.take(name) {
             None => Ok(None),
             Some(v) => Ok(Some(
@@ -525,6 +568,7 @@ impl<'v, 'c> Args<'v, 'c> {
 
     /// A string or a list of strings.
     pub fn str_or_list(&mut self, name: &str) -> R<Option<Vec<String>>> {
+        self.reads(name, Read::StrOrList);
         match self.take(name) {
             None => Ok(None),
             Some(v) if v.unpack_str().is_some() => Ok(Some(vec![self.as_str(name, v)?])),
@@ -539,7 +583,8 @@ impl<'v, 'c> Args<'v, 'c> {
 
     /// A duration written as `90s`, `10m` or `2h`, in seconds.
     pub fn duration(&mut self, name: &str) -> R<Option<u64>> {
-        match self.str(name)? {
+        self.reads(name, Read::Duration);
+        match self.take_str(name)? {
             None => Ok(None),
             Some(s) => crucible_plan::duration::parse(&s).map(Some).map_err(|why| {
                 self.fail(

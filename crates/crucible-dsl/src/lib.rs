@@ -10,6 +10,7 @@ pub mod diag;
 mod nesting;
 pub mod params;
 pub mod settings;
+pub mod signature;
 mod values;
 
 use crate::ctx::{Ctx, Loc, Pending};
@@ -156,7 +157,7 @@ pub(crate) fn dialect() -> Dialect {
 
 /// The globals a lane has in scope: scored-lane names do not exist in a playbook at all, so no
 /// did-you-mean can offer one.
-fn globals(lane: WorkflowType) -> Globals {
+pub(crate) fn globals(lane: WorkflowType) -> Globals {
     let mut b = GlobalsBuilder::standard().with(builtins::common);
     if lane != WorkflowType::Autoresearch {
         b = b.with(builtins::routes);
