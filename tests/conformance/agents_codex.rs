@@ -8,8 +8,15 @@ use serde_json::{json, Value};
 
 const PRICE: (f64, f64) = (2.0, 10.0);
 
+/// The price of `scripted-cheap`, a model a task may name instead of the binding's.
+const CHEAP: (f64, f64) = (0.5, 1.0);
+
+fn cost_at(price: (f64, f64)) -> f64 {
+    (USAGE.0 as f64 * price.0 + USAGE.1 as f64 * price.1) / 1e6
+}
+
 fn call_cost() -> f64 {
-    (USAGE.0 as f64 * PRICE.0 + USAGE.1 as f64 * PRICE.1) / 1e6
+    cost_at(PRICE)
 }
 
 fn pack(workflow: &str) -> Option<Pack> {
@@ -17,10 +24,13 @@ fn pack(workflow: &str) -> Option<Pack> {
     let p = Pack::with_manifest(&format!(
         "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n\
          [agent]\nharness = \"codex\"\n[agent.cli]\ncodex = {:?}\n\
-         [agent.prices.\"gpt-5.5\"]\ninput = {}\noutput = {}\n",
+         [agent.prices.\"gpt-5.5\"]\ninput = {}\noutput = {}\n\
+         [agent.prices.scripted-cheap]\ninput = {}\noutput = {}\n",
         cli.to_string_lossy(),
         PRICE.0,
-        PRICE.1
+        PRICE.1,
+        CHEAP.0,
+        CHEAP.1
     ));
     p.file("workflow.star", workflow);
     Some(p)
@@ -141,5 +151,40 @@ fn codex_session_resumes_and_counts_only_its_own_usage() {
         (cost - build.len() as f64 * call_cost()).abs() < 1e-9,
         "{cost} for {} calls",
         build.len()
+    );
+}
+
+// RFC-0002:C-PLAYBOOK-BUDGET: a turn is priced by the model it ran on: a task naming its own
+// model is charged that model's price, not the binding's default model's.
+#[test]
+fn codex_spend_is_priced_by_the_tasks_model() {
+    let model = ModelDouble::start();
+    let script = json!({"write": {"PLAN_TASK_RESULT.json": "{}"}});
+    let wf = format!(
+        "{}{}workflow([dear, cheap])\n",
+        agent("dear", &scripted("Dear.", script.clone()), ""),
+        agent(
+            "cheap",
+            &scripted("Cheap.", script),
+            ", model = \"scripted-cheap\""
+        ),
+    );
+    let Some(p) = pack(&wf) else { return };
+    let r = run(&p, &model);
+    assert_eq!(r.code, 0, "{r:?}");
+    let calls = model.scripted_calls();
+    let on = |m: &str| calls.iter().filter(|c| c.body["model"] == m).count() as f64;
+    let (dear, cheap) = (on("gpt-5.5"), on("scripted-cheap"));
+    assert!(dear > 0.0 && cheap > 0.0, "both models called: {calls:?}");
+    let cost = |t: &str| p.row(t)["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost("dear") - dear * cost_at(PRICE)).abs() < 1e-9,
+        "{}",
+        cost("dear")
+    );
+    assert!(
+        (cost("cheap") - cheap * cost_at(CHEAP)).abs() < 1e-9,
+        "{}",
+        cost("cheap")
     );
 }

@@ -84,7 +84,7 @@ impl Harness for Codex {
         self.setup.spawn(turn, argv, env)
     }
 
-    fn read_line(&self, line: &[u8], progress: &mut Progress) {
+    fn read_line(&self, turn: &Turn<'_>, line: &[u8], progress: &mut Progress) {
         let Ok(event) = serde_json::from_slice::<Value>(line) else {
             return;
         };
@@ -107,7 +107,8 @@ impl Harness for Codex {
                 let before = (self.totals.lock().expect("totals"))
                     .insert(thread, now)
                     .unwrap_or_default();
-                let model = self.setup.model_name();
+                // Priced by the model the turn ran on (`-m`), not the binding's default.
+                let model = self.setup.model(turn).unwrap_or_default();
                 let cost = self.setup.prices.of(model).cost(
                     now.0.saturating_sub(before.0),
                     now.1.saturating_sub(before.1),

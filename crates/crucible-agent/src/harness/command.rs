@@ -54,7 +54,7 @@ impl Harness for Command {
     }
 
     /// The stand-in's stdout is its own; nothing in it is read.
-    fn read_line(&self, _line: &[u8], _progress: &mut Progress) {}
+    fn read_line(&self, _turn: &Turn<'_>, _line: &[u8], _progress: &mut Progress) {}
 
     /// The exit status is graded by the engine like any turn's; the conversation is the
     /// session's (the stand-in keeps its own state, if any).

@@ -81,8 +81,8 @@ pub struct TurnOutcome {
 pub trait Harness: Send + Sync {
     /// The process of `turn`.
     fn spawn(&self, turn: &Turn<'_>) -> Spawn;
-    /// Reads one stdout line of the running turn, as it arrives.
-    fn read_line(&self, line: &[u8], progress: &mut Progress);
+    /// Reads one stdout line of the running `turn`, as it arrives.
+    fn read_line(&self, turn: &Turn<'_>, line: &[u8], progress: &mut Progress);
     /// The outcome of a turn whose process exited on its own with `exit` (`None`: a signal).
     fn finish(&self, turn: &Turn<'_>, progress: Progress, exit: Option<i32>) -> TurnOutcome;
 }
@@ -262,12 +262,6 @@ impl Local {
     /// The turn's model: its own setting, else the endpoint's.
     fn model<'a>(&'a self, turn: &'a Turn<'_>) -> Option<&'a str> {
         (turn.settings.model.as_deref()).or(self.endpoint.as_ref().map(|b| b.model.as_str()))
-    }
-
-    /// The model the endpoint serves, which a harness priced from tokens is priced by (empty
-    /// without a binding: the price table's high default).
-    fn model_name(&self) -> &str {
-        self.endpoint.as_ref().map_or("", |b| b.model.as_str())
     }
 
     /// The process of `turn`: `argv` with `env`, in the turn's workspace, with its mounts.

@@ -94,7 +94,7 @@ impl Harness for Pi {
         self.setup.spawn(turn, argv, env)
     }
 
-    fn read_line(&self, line: &[u8], progress: &mut Progress) {
+    fn read_line(&self, _turn: &Turn<'_>, line: &[u8], progress: &mut Progress) {
         let Ok(event) = serde_json::from_slice::<Value>(line) else {
             return;
         };

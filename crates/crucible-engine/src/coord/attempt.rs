@@ -541,7 +541,7 @@ async fn agent_turn(
     let read = async {
         while let Some(line) = rx.recv().await {
             let was = progress.spent_usd;
-            harness.read_line(&line, &mut progress);
+            harness.read_line(turn, &line, &mut progress);
             if progress.spent_usd != was {
                 ctl.spending(ctx, before + progress.spent_usd);
             }
