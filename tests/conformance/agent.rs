@@ -132,3 +132,41 @@ fn tasks_in_a_session_share_its_id() {
     assert_eq!(p.row("solo")["output"]["session"], "");
     assert_eq!(p.row("solo")["output"]["action"], "");
 }
+
+// RFC-0002:C-REVISE-LOOP, C-RUN-HISTORY: each session task's row records what its turns did to
+// the session's conversation (started or resumed, its id, the session's turns so far, repair
+// turns included), never the transcript; a task outside every session records nothing.
+#[test]
+fn session_rows_record_started_resumed_and_turns() {
+    // A repair turn fixes the missing field.
+    let turn = r#"if [ -n "$CRUCIBLE_REPAIR" ]; then echo '{"verdict": "ok"}'; else echo '{}'; fi > PLAN_TASK_RESULT.json"#;
+    let p = Pack::with_manifest(&format!(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n\
+         [agent]\nbackend = \"command\"\nagent_cmd = '''{turn}'''\n"
+    ));
+    p.file(
+        "workflow.star",
+        r#"s = session(name = "s1")
+plan = agent(name = "plan", prompt = "x", session = s)
+build = agent(name = "build", prompt = "y", session = s, depends_on = [plan],
+              emits = {"verdict": "string"}, repair = 1)
+solo = agent(name = "solo", prompt = "z")
+workflow([plan, build, solo])
+"#,
+    );
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let plan = &p.row("plan")["session"];
+    let id = plan["id"].as_str().unwrap();
+    assert!(id.ends_with("-s1"), "{plan}");
+    assert_eq!(
+        *plan,
+        json!({"name": "s1", "id": id, "action": "started", "turns": 1})
+    );
+    // Its first turn and its repair turn.
+    assert_eq!(
+        p.row("build")["session"],
+        json!({"name": "s1", "id": id, "action": "resumed", "turns": 3})
+    );
+    assert!(p.row("solo").get("session").is_none(), "{}", p.row("solo"));
+}

@@ -29,8 +29,8 @@ use crate::taskio::Graded;
 use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::harness::{self, Harness, HarnessKind};
 use crucible_plan::wire::{
-    AdmittedTask, Ask, AsksEmitted, Blocked, Event, PlanAdmitted, Repair, Resumed, Shutdown, Start,
-    TaskResult, GATE_TASK,
+    AdmittedTask, Ask, AsksEmitted, Blocked, Event, PlanAdmitted, Repair, Resumed, SessionTurns,
+    Shutdown, Start, TaskResult, GATE_TASK,
 };
 use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
@@ -78,6 +78,8 @@ struct Report {
     staging_refused: Option<StagingRefused>,
     /// An agent's repair turns within the attempt.
     repairs: Vec<Repair>,
+    /// What its turns did to its `session()`'s conversation.
+    session: Option<SessionTurns>,
     /// What a passing attempt emitted for other runs (RFC-0002:C-ASKS).
     asks: Vec<Ask>,
     /// The attempt's key in the coordinator's in-flight spend.
@@ -122,6 +124,7 @@ impl Report {
             files: false,
             staging_refused: None,
             repairs: Vec::new(),
+            session: None,
             asks: Vec::new(),
             key: 0,
         }
@@ -197,8 +200,9 @@ struct Ctx {
     default_model: Option<String>,
     default_effort: Option<String>,
     run_id: String,
-    /// Each `session()`'s conversation, by name: the harness's id a later turn resumes.
-    sessions: Mutex<HashMap<String, String>>,
+    /// Each `session()`'s conversation, by name: the harness's id a later turn resumes, and
+    /// the session's turns so far.
+    sessions: Mutex<HashMap<String, (String, u32)>>,
     tx: mpsc::UnboundedSender<Msg>,
     /// Set once the cost ceiling is reached: spending tasks stop retrying.
     spend_blocked: Arc<AtomicBool>,
@@ -494,7 +498,8 @@ pub async fn execute(
         default_model: agent.model.clone(),
         default_effort: agent.effort.clone(),
         run_id: run_id.clone(),
-        sessions: Mutex::default(),
+        // A resumed run's sessions continue the conversations its settled tasks left.
+        sessions: Mutex::new(sessions_of(&folded)),
         tx,
         spend_blocked: Arc::new(AtomicBool::new(false)),
         files: Arc::new(files),
@@ -1355,6 +1360,14 @@ fn invalidating(r: &TaskResult) -> bool {
     }
 }
 
+/// Each session's conversation and turn count as `rows` (in log order) last left them.
+fn sessions_of(rows: &[TaskResult]) -> HashMap<String, (String, u32)> {
+    (rows.iter())
+        .filter_map(|r| r.session.as_ref())
+        .map(|s| (s.name.clone(), (s.id.clone(), s.turns)))
+        .collect()
+}
+
 /// The row a dispatched attempt's report settles as, under `name`.
 fn report_row(name: String, report: Report) -> TaskResult {
     TaskResult {
@@ -1372,6 +1385,7 @@ fn report_row(name: String, report: Report) -> TaskResult {
         refused: report.refused,
         transport: report.transport,
         repairs: report.repairs,
+        session: report.session,
     }
 }
 

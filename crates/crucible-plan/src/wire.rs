@@ -169,6 +169,33 @@ pub struct TaskResult {
     /// The repair turns of an agent task's attempt, in order (none: absent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repairs: Vec<Repair>,
+    /// The `session()` an agent task's turns continued (none: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionTurns>,
+}
+
+/// What an agent task did to its `session()`'s conversation (RFC-0002:C-REVISE-LOOP): whether it
+/// started or resumed it, the harness's id for it and how many turns it has had. Never the
+/// transcript: that stays with the harness. A resumed run folds the id back, so the session's
+/// next turn continues the same conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionTurns {
+    /// The session's name in the playbook.
+    pub name: String,
+    /// The harness's id of the conversation: what the session's next turn resumes.
+    pub id: String,
+    /// Whether the task's first turn started the conversation or resumed it.
+    pub action: SessionAction,
+    /// The session's turns so far, this task's included (repair turns and retried attempts
+    /// that reached the conversation count).
+    pub turns: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionAction {
+    Started,
+    Resumed,
 }
 
 /// One repair turn: the same session resumed with the masked notes on what a passing turn's
@@ -205,6 +232,7 @@ impl TaskResult {
             refused: None,
             transport: None,
             repairs: Vec::new(),
+            session: None,
         }
     }
 }

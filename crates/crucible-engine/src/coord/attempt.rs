@@ -14,7 +14,7 @@ use crucible_agent::decision::AskError;
 use crucible_agent::harness::{Harness, HarnessKind, Progress, Session, Turn};
 use crucible_agent::spawn::Spawn;
 use crucible_agent::{PromptParts, TurnSettings};
-use crucible_plan::wire::Repair;
+use crucible_plan::wire::{Repair, SessionAction, SessionTurns};
 use crucible_plan::{duration, Stage, Status, Task, TaskKind};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -181,9 +181,10 @@ pub(super) async fn run(
                 }
             }
             Some((harness, prompt, prompt_file, settings, session)) => {
-                let resume = session
-                    .as_ref()
-                    .and_then(|s| ctx.sessions.lock().expect("sessions").get(&s.name).cloned());
+                let resume = session.as_ref().and_then(|s| {
+                    let sessions = ctx.sessions.lock().expect("sessions");
+                    sessions.get(&s.name).map(|(id, _)| id.clone())
+                });
                 let turn = Turn {
                     task: &task.name,
                     prompt,
@@ -570,10 +571,21 @@ async fn agent_turn(
         }
     };
     if let (Some(session), Some(id)) = (turn.session, &conversation) {
-        ctx.sessions
-            .lock()
-            .expect("sessions")
-            .insert(session.name.clone(), id.clone());
+        let mut sessions = ctx.sessions.lock().expect("sessions");
+        let held = (sessions.entry(session.name.clone())).or_insert_with(|| (id.clone(), 0));
+        *held = (id.clone(), held.1 + 1);
+        let action = match turn.resume {
+            Some(_) => SessionAction::Resumed,
+            None => SessionAction::Started,
+        };
+        let record = report.session.get_or_insert_with(|| SessionTurns {
+            name: session.name.clone(),
+            id: id.clone(),
+            action,
+            turns: 0,
+        });
+        record.id = id.clone();
+        record.turns = held.1;
     }
     Ok(conversation)
 }
