@@ -7,6 +7,7 @@ mod support;
 
 mod admission;
 mod agent;
+mod agents;
 mod agents_claude;
 mod agents_codex;
 mod agents_pi;

@@ -27,6 +27,15 @@ pub struct Seen {
     pub body: Value,
 }
 
+impl Seen {
+    /// The conversation the call carries: Messages' and Chat Completions' `messages`,
+    /// Responses' `input`, as JSON text.
+    pub fn conversation(&self) -> String {
+        (self.body.get("messages").or(self.body.get("input")))
+            .map_or_else(String::new, Value::to_string)
+    }
+}
+
 pub struct ModelDouble {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -276,6 +285,7 @@ fn messages(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
     )];
     let stop = match decide(script, &cwd, repair, can_write) {
         Answer::Text(text) => {
+            final_delay(script);
             events.push(("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
             events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})));
             events.push((

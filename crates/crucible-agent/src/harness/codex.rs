@@ -9,7 +9,8 @@
 //! - Stream: `thread.started` gives the thread (session) id; the last `agent_message` item is
 //!   the final text; `turn.completed` carries token usage **cumulative per thread**, so the
 //!   turn's spend is its difference from the thread's last total, priced from the run's price
-//!   table; `turn.failed` is an API failure (transport).
+//!   table (the totals are kept beside its home, so a resumed run after a crash goes on from
+//!   them); `turn.failed` is an API failure (transport).
 
 use super::{prompt_arg, Harness, Local, Progress, Turn, TurnOutcome};
 use crate::spawn::Spawn;
@@ -30,6 +31,9 @@ pub struct Codex {
     dir: PathBuf,
     /// Each thread's last cumulative usage, to take differences from.
     totals: Mutex<HashMap<String, Usage>>,
+    /// Where `totals` is kept across an engine crash, so a resumed run does not charge a
+    /// thread's history again: beside the harness's home, out of every turn's reach.
+    usage_file: PathBuf,
 }
 
 impl Codex {
@@ -51,10 +55,16 @@ impl Codex {
         }
         let path = dir.join("config.toml");
         std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
+        let usage_file = setup.home.with_extension("usage.json");
+        // Unreadable (absent, or torn by a crash): every thread is charged in full, never less.
+        let totals = (std::fs::read(&usage_file).ok())
+            .and_then(|t| serde_json::from_slice(&t).ok())
+            .unwrap_or_default();
         Ok(Codex {
             setup,
             dir,
-            totals: Mutex::default(),
+            totals: Mutex::new(totals),
+            usage_file,
         })
     }
 }
@@ -104,9 +114,13 @@ impl Harness for Codex {
                     n("output_tokens") + n("reasoning_output_tokens"),
                 );
                 let thread = progress.session_id.clone().unwrap_or_default();
-                let before = (self.totals.lock().expect("totals"))
-                    .insert(thread, now)
-                    .unwrap_or_default();
+                let before = {
+                    let mut totals = self.totals.lock().expect("totals");
+                    let before = totals.insert(thread, now).unwrap_or_default();
+                    let kept = serde_json::to_vec(&*totals).expect("totals serialize");
+                    let _ = std::fs::write(&self.usage_file, kept);
+                    before
+                };
                 // Priced by the model the turn ran on (`-m`), not the binding's default.
                 let model = self.setup.model(turn).unwrap_or_default();
                 let cost = self.setup.prices.of(model).cost(
