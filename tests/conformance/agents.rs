@@ -135,6 +135,7 @@ each_harness!(
     timeout_kills_the_whole_tree,
     session_resumes_across_tasks,
     session_survives_an_engine_crash,
+    skill_files_are_readable_in_the_sandbox,
 );
 
 // A turn writes a file and its result; its spend is what its calls cost; the key comes from
@@ -400,4 +401,35 @@ fn session_survives_an_engine_crash(cli: &Cli) {
         .filter(|c| c.conversation().contains("Second: build."))
         .count();
     assert_cost(cli, &p.row("build"), build);
+}
+
+// DSL `skill`: a skill's SKILL.md and arguments are the prompt, and its files are readable by
+// the turn inside the sandbox (the pack is otherwise hidden from it), read-only; the prompt and
+// CRUCIBLE_SKILL_DIR say where they are.
+fn skill_files_are_readable_in_the_sandbox(cli: &Cli) {
+    let model = ModelDouble::start();
+    let bash = r#"cat "$CRUCIBLE_SKILL_DIR/style.txt" > seen.txt; echo tampered > "$CRUCIBLE_SKILL_DIR/style.txt"; true"#;
+    let skill = scripted(
+        "Follow the house style.",
+        json!({"write": {"PLAN_TASK_RESULT.json": "{}"}, "bash": bash}),
+    );
+    let wf = "styled = skill(name = \"styled\", skill = \"skills/house\", args = {\"topic\": \"tests\"})\nworkflow([styled])\n";
+    let Some(p) = cli.pack(wf) else { return };
+    p.file("skills/house/SKILL.md", &skill);
+    p.file("skills/house/style.txt", "short sentences\n");
+    let r = cli.run(&p, &model, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.workspace().join("seen.txt")).unwrap(),
+        "short sentences\n"
+    );
+    let style = p.path().join("skills/house/style.txt");
+    assert_eq!(std::fs::read_to_string(style).unwrap(), "short sentences\n");
+    let calls = model.scripted_calls();
+    let dir = p.path().join("skills/house");
+    assert!(
+        calls[0].conversation().contains(&*dir.to_string_lossy()),
+        "the prompt names the skill's directory"
+    );
+    assert!(calls[0].conversation().contains("topic: tests"));
 }

@@ -32,6 +32,8 @@ pub struct PromptParts<'a> {
     pub prompt: &'a str,
     /// The inputs the task receives from its dependencies (and reserved inputs), as JSON.
     pub inputs: &'a Value,
+    /// A skill's directory, where its files are for the turn to read.
+    pub skill_dir: Option<&'a std::path::Path>,
 }
 
 /// Assembles the turn's prompt: goal, task prompt, the dependencies' outputs, the result
@@ -48,6 +50,12 @@ pub fn assemble_prompt(parts: &PromptParts<'_>) -> Result<String, AgentError> {
     out.push_str(&format!("# Task: {}\n\n", parts.task));
     out.push_str(parts.prompt.trim_end());
     out.push_str("\n\n");
+    if let Some(dir) = parts.skill_dir {
+        out.push_str(&format!(
+            "# Skill files\n\nThis skill's files are in {} (read-only; also $CRUCIBLE_SKILL_DIR).\n\n",
+            dir.display()
+        ));
+    }
     let has_inputs = parts.inputs.as_object().is_some_and(|m| !m.is_empty());
     if has_inputs {
         let text = serde_json::to_string_pretty(parts.inputs).expect("JSON always serializes");
@@ -212,6 +220,7 @@ mod tests {
             task: "review",
             prompt: "Review the scan.",
             inputs: &inputs,
+            skill_dir: None,
         })
         .unwrap();
         assert!(p.starts_with("# Goal\n\nKeep the repo tidy."));
@@ -231,6 +240,7 @@ mod tests {
             task: "t",
             prompt: "p",
             inputs: &inputs,
+            skill_dir: None,
         })
         .unwrap_err();
         assert!(matches!(e.kind, AgentErrorKind::MarkerInInputs));

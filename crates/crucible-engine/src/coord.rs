@@ -178,6 +178,8 @@ impl Agents {
 /// What every attempt shares, read-only.
 struct Ctx {
     ws: PathBuf,
+    /// The pack's directory (absolute): a skill's directory is below it.
+    pack_dir: PathBuf,
     memory: Arc<git::Memory>,
     run_dir: PathBuf,
     max_secs: u64,
@@ -464,6 +466,7 @@ pub async fn execute(
     let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
     let ctx = Arc::new(Ctx {
         ws,
+        pack_dir: std::path::absolute(&req.manifest.dir).map_err(refused("pack directory"))?,
         memory,
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,

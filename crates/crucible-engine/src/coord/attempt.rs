@@ -12,7 +12,7 @@ use crate::report;
 use crate::taskio::{self, Graded};
 use crucible_agent::decision::AskError;
 use crucible_agent::harness::{Harness, HarnessKind, Progress, Session, Turn};
-use crucible_agent::spawn::Spawn;
+use crucible_agent::spawn::{Mount, Spawn};
 use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::{Repair, SessionAction, SessionTurns};
 use crucible_plan::{duration, Stage, Status, Task, TaskKind};
@@ -82,6 +82,13 @@ pub(super) async fn run(
     if inputs_text.len() <= crucible_plan::ceilings::INPUTS_ENV_MAX {
         contract.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
     }
+    let skill_dir = task.skill.as_ref().map(|dir| ctx.pack_dir.join(dir));
+    if let Some(dir) = &skill_dir {
+        contract.push((
+            "CRUCIBLE_SKILL_DIR".into(),
+            dir.to_string_lossy().into_owned(),
+        ));
+    }
     let mut env = ctx.task_env.for_task(&contract);
     let agent = if task.kind == TaskKind::Agent {
         let prompt = match crucible_agent::assemble_prompt(&PromptParts {
@@ -89,6 +96,7 @@ pub(super) async fn run(
             task: &task.name,
             prompt: task.prompt.as_deref().unwrap_or_default(),
             inputs: &inputs,
+            skill_dir: skill_dir.as_deref(),
         }) {
             Ok(p) => p,
             Err(e) => {
@@ -534,7 +542,16 @@ async fn agent_turn(
     report: &mut Report,
 ) -> Result<Option<String>, TurnError> {
     crucible_agent::clear_result(turn.cwd);
-    let spawn = ctx.sandboxed(harness.spawn(turn));
+    let mut spawn = harness.spawn(turn);
+    // A skill's files are the turn's to read (the pack is otherwise hidden from it), never
+    // to change.
+    if let Some(dir) = &task.skill {
+        spawn.mounts.push(Mount {
+            path: ctx.pack_dir.join(dir),
+            writable: false,
+        });
+    }
+    let spawn = ctx.sandboxed(spawn);
     let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut progress = Progress::default();
     // What the attempt's earlier turns spent, under this one's streamed spend.
