@@ -328,3 +328,54 @@ fn inspectors_count_the_decision_binding_as_the_capability() {
     );
     assert!(model.requests().is_empty(), "inspecting asks nothing");
 }
+
+// RFC-0002:C-PLAYBOOK-BUDGET: a decision model's call records what it cost (the tokens its
+// answer's `usage` reports, priced by the run's price table for the binding's model; without a
+// `usage`, an estimate from the call's size) on the route's row and in the run's spend, and that
+// spend counts against the cost ceiling: a spending task after the route is blocked by it.
+#[test]
+fn a_decision_call_records_its_cost_and_counts_against_the_ceiling() {
+    let p = Pack::with_manifest(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n\
+         [agent.prices.s1-test]\ninput = 4.0\noutput = 20.0\n",
+    );
+    p.file(
+        "workflow.star",
+        r#"model = route(name = "model", min_confidence = 0.5, questions = {"ok": noul()})
+later = agent(name = "later", prompt = "Spend.", depends_on = [model], required = False)
+workflow([model, later])
+"#,
+    );
+    let ok = json!({"ok": {"type": "noul", "noul": 0.9}});
+    let answer = json!({"answers": ok, "usage": {"input_tokens": 1000, "output_tokens": 100}});
+    let model = HttpDouble::start(vec![(200, answer.to_string())]);
+    let cost = (1000.0 * 4.0 + 100.0 * 20.0) / 1e6;
+    let agent_cmd = ["--agent-cmd", "echo '{}' > PLAN_TASK_RESULT.json"];
+    let r = run(
+        &p,
+        &model,
+        &[&agent_cmd[..], &["--max-cost", "0.001"]].concat(),
+    );
+    let row = p.row("model");
+    assert_eq!(row["status"], "pass", "{r:?}");
+    assert!(
+        (row["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12,
+        "{row}"
+    );
+    assert!((p.shutdown()["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-12);
+    assert_eq!(
+        p.row("later")["blocked"],
+        json!({"reason": "budget_ceiling"}),
+        "{r:?}"
+    );
+    // Without `usage`, the call is still charged: an estimate from its size.
+    let p2 = Pack::with_manifest("[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n");
+    p2.file(
+        "workflow.star",
+        "model = route(name = \"model\", min_confidence = 0.5, questions = {\"ok\": noul()})\nworkflow([model])\n",
+    );
+    let model = HttpDouble::start(vec![(200, json!({"answers": ok}).to_string())]);
+    let r = run(&p2, &model, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(p2.row("model")["cost_usd"].as_f64().unwrap() > 0.0, "{r:?}");
+}

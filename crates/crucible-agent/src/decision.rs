@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::http;
 use crate::inference::{Binding, Protocol};
+use crate::prices::Price;
 
 /// The longest one System One call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,9 +39,35 @@ pub fn unusable(binding: &Binding) -> Option<String> {
     }
 }
 
-/// POST `body` to the binding's URL and return the answer; at most `timeout` (and never more
-/// than [`CALL_TIMEOUT`]) for the whole exchange.
-pub fn ask(binding: &Binding, body: &Value, timeout: Duration) -> Result<Value, AskError> {
+/// A decision model's answer, and what asking it cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub body: Value,
+    pub cost_usd: f64,
+}
+
+/// What a call cost at `price`: the tokens the answer's `usage` reports
+/// (`{"input_tokens", "output_tokens"}`), else an estimate of one token per 4 bytes of the
+/// request and of the answer. System One reports no money, and a call that counted nothing
+/// would never reach the cost ceiling (docs/decisions.md, "What a decision model's call costs").
+pub fn cost(price: &Price, request: &[u8], answer: &str, body: &Value) -> f64 {
+    let tokens = |bytes: usize| bytes.div_ceil(4) as u64;
+    let usage = &body["usage"];
+    let reported = |k: &str| usage[k].as_u64();
+    match (reported("input_tokens"), reported("output_tokens")) {
+        (Some(input), Some(output)) => price.cost(input, 0, output),
+        _ => price.cost(tokens(request.len()), 0, tokens(answer.len())),
+    }
+}
+
+/// POST `body` to the binding's URL and return the answer, priced at `price`; at most
+/// `timeout` (and never more than [`CALL_TIMEOUT`]) for the whole exchange.
+pub fn ask(
+    binding: &Binding,
+    body: &Value,
+    timeout: Duration,
+    price: &Price,
+) -> Result<Answer, AskError> {
     let url = binding
         .url
         .as_deref()
@@ -65,6 +92,34 @@ pub fn ask(binding: &Binding, body: &Value, timeout: Duration) -> Result<Value, 
             "the decision model answered HTTP {status}"
         )));
     }
-    serde_json::from_str(&answer.body)
-        .map_err(|e| AskError::Failed(format!("the decision model's answer is not JSON: {e}")))
+    let parsed: Value = serde_json::from_str(&answer.body)
+        .map_err(|e| AskError::Failed(format!("the decision model's answer is not JSON: {e}")))?;
+    let request = serde_json::to_vec(body).expect("JSON always serializes");
+    Ok(Answer {
+        cost_usd: cost(price, &request, &answer.body, &parsed),
+        body: parsed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const PRICE: Price = Price {
+        input: 2.0,
+        cached_input: 2.0,
+        output: 10.0,
+    };
+
+    #[test]
+    fn a_call_costs_its_reported_usage_else_an_estimate_from_its_size() {
+        let usage = json!({"answers": {}, "usage": {"input_tokens": 1000, "output_tokens": 100}});
+        assert_eq!(cost(&PRICE, b"", "", &usage), (2000.0 + 1000.0) / 1e6);
+        // 400 bytes out, 40 back: 100 and 10 tokens.
+        let request = vec![b'x'; 400];
+        let answer = "y".repeat(40);
+        let want = (100.0 * 2.0 + 10.0 * 10.0) / 1e6;
+        assert_eq!(cost(&PRICE, &request, &answer, &json!({})), want);
+    }
 }

@@ -212,6 +212,8 @@ struct Ctx {
     files: Arc<RunFiles>,
     /// The decision model routes ask (admission checked it can be asked).
     decision: Option<crucible_agent::inference::Binding>,
+    /// What the decision model's tokens cost (the run's price table, by its model).
+    decision_price: crucible_agent::prices::Price,
     /// Where reports go and how large they may be.
     reports: ReportConfig,
     /// The run's bound on emitted asks and what it has emitted.
@@ -464,6 +466,7 @@ pub async fn execute(
     let agent = &req.manifest.manifest.agent;
     taskfiles::exclude_inputs(&run_dir.join("memory")).map_err(state_err("git memory"))?;
     let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
+    let prices = crate::admit::prices(&req.manifest);
     let ctx = Arc::new(Ctx {
         ws,
         pack_dir: std::path::absolute(&req.manifest.dir).map_err(refused("pack directory"))?,
@@ -471,12 +474,7 @@ pub async fn execute(
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,
-        agents: Agents::new(
-            &adm,
-            &run_dir,
-            &req.inference,
-            &crate::admit::prices(&req.manifest),
-        )?,
+        agents: Agents::new(&adm, &run_dir, &req.inference, &prices)?,
         sandbox: match sandbox_mode {
             crate::sandbox::Mode::Bwrap(bwrap) => Some(crate::sandbox::Sandbox::new(
                 bwrap,
@@ -507,6 +505,7 @@ pub async fn execute(
         spend_blocked: Arc::new(AtomicBool::new(false)),
         files: Arc::new(files),
         decision: req.inference.decision.clone(),
+        decision_price: prices.of(req.inference.decision.as_ref().map_or("", |b| &b.model)),
         reports: req.reports.clone(),
         asks: Arc::new(AsksBudget::new(req.max_asks, folded_asks)),
     });

@@ -435,9 +435,10 @@ pub(super) async fn decide_by_model(
     loop {
         report.attempts += 1;
         let timeout = deadline.at.saturating_duration_since(Instant::now());
-        let (b, req) = (binding.clone(), body.clone());
-        let call =
-            tokio::task::spawn_blocking(move || crucible_agent::decision::ask(&b, &req, timeout));
+        let (b, req, price) = (binding.clone(), body.clone(), ctx.decision_price);
+        let call = tokio::task::spawn_blocking(move || {
+            crucible_agent::decision::ask(&b, &req, timeout, &price)
+        });
         let answer = tokio::select! {
             answer = call => answer.expect("the call does not panic"),
             _ = tokio::time::sleep_until(deadline.at) => {
@@ -451,14 +452,18 @@ pub(super) async fn decide_by_model(
             }
         };
         report.graded = match answer {
-            Ok(response) => match route::from_model(&task.name, spec, &response, options) {
-                Ok(answers) => Graded {
-                    status: Status::Pass,
-                    note: None,
-                    output: Some(route::output(answers)),
-                },
-                Err(e) => Graded::fail(e.note(), None),
-            },
+            Ok(response) => {
+                // An answered call was spent, whether or not its answer holds.
+                report.cost_usd += response.cost_usd;
+                match route::from_model(&task.name, spec, &response.body, options) {
+                    Ok(answers) => Graded {
+                        status: Status::Pass,
+                        note: None,
+                        output: Some(route::output(answers)),
+                    },
+                    Err(e) => Graded::fail(e.note(), None),
+                }
+            }
             Err(AskError::Failed(note)) => Graded::fail(note, None),
             Err(AskError::Transport(cause)) => {
                 let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
