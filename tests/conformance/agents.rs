@@ -13,11 +13,16 @@ use serde_json::{json, Value};
 /// One harness as the tests drive it: its CLI, the protocol and model of its endpoint, and
 /// what the model costs per 1M input and output tokens (the pack's price table for codex and
 /// pi; Claude's own built-in price for claude, which reports money itself).
+#[derive(Clone, Copy)]
 pub struct Cli {
     pub name: &'static str,
     pub protocol: &'static str,
     pub model: &'static str,
     pub price: (f64, f64),
+    /// Where a model call's body carries the reasoning effort the CLI was given.
+    pub effort_at: &'static [&'static str],
+    /// A model the CLI sends an effort for (Claude sends none for Sonnet 4.5).
+    pub effort_model: &'static str,
 }
 
 pub const CLAUDE: Cli = Cli {
@@ -25,6 +30,8 @@ pub const CLAUDE: Cli = Cli {
     protocol: "messages",
     model: "claude-sonnet-4-5",
     price: (3.0, 15.0),
+    effort_at: &["output_config", "effort"],
+    effort_model: "claude-opus-4-5",
 };
 
 pub const CODEX: Cli = Cli {
@@ -32,6 +39,8 @@ pub const CODEX: Cli = Cli {
     protocol: "responses",
     model: "gpt-5.5",
     price: (2.0, 10.0),
+    effort_at: &["reasoning", "effort"],
+    effort_model: "gpt-5.5",
 };
 
 pub const PI: Cli = Cli {
@@ -39,6 +48,8 @@ pub const PI: Cli = Cli {
     protocol: "chat_completions",
     model: "scripted-1",
     price: (3.0, 15.0),
+    effort_at: &["reasoning_effort"],
+    effort_model: "scripted-1",
 };
 
 impl Cli {
@@ -136,6 +147,7 @@ each_harness!(
     session_resumes_across_tasks,
     session_survives_an_engine_crash,
     skill_files_are_readable_in_the_sandbox,
+    effort_reaches_the_model,
 );
 
 // A turn writes a file and its result; its spend is what its calls cost; the key comes from
@@ -432,4 +444,40 @@ fn skill_files_are_readable_in_the_sandbox(cli: &Cli) {
         "the prompt names the skill's directory"
     );
     assert!(calls[0].conversation().contains("topic: tests"));
+}
+
+// DSL `effort`: a task's reasoning effort reaches its CLI (claude `--effort`, codex
+// `model_reasoning_effort`, pi `--thinking`) and, through it, the model: the wire carries it
+// (Claude's `output_config.effort`, the Responses `reasoning.effort`, Chat Completions'
+// `reasoning_effort`). A task without one is not given this one.
+fn effort_reaches_the_model(cli: &Cli) {
+    let cli = Cli {
+        model: cli.effort_model,
+        ..*cli
+    };
+    let model = ModelDouble::start();
+    let script = json!({"write": {"PLAN_TASK_RESULT.json": "{}"}});
+    let wf = format!(
+        "{}{}workflow([low, plain])\n",
+        agent(
+            "low",
+            &scripted("Think low.", script.clone()),
+            ", effort = \"low\""
+        ),
+        agent("plain", &scripted("Think plainly.", script), ""),
+    );
+    let Some(p) = cli.pack(&wf) else { return };
+    let r = cli.run(&p, &model, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let calls = model.scripted_calls();
+    let effort = |text: &str| -> Vec<Value> {
+        (calls.iter())
+            .filter(|c| c.conversation().contains(text))
+            .map(|c| cli.effort_at.iter().fold(&c.body, |v, k| &v[*k]).clone())
+            .collect()
+    };
+    let (low, plain) = (effort("Think low."), effort("Think plainly."));
+    assert!(!low.is_empty() && !plain.is_empty(), "{calls:?}");
+    assert!(low.iter().all(|e| e == "low"), "{}: {low:?}", cli.name);
+    assert!(plain.iter().all(|e| e != "low"), "{}: {plain:?}", cli.name);
 }

@@ -1,7 +1,7 @@
 //! Claude Code (`@anthropic-ai/claude-code`, pinned in [`super::HarnessKind::package`]) in
 //! print mode with a `stream-json` stream (design/AGENT-HARNESSES.md §1):
 //! `claude -p <prompt> --output-format stream-json --verbose --permission-mode acceptEdits
-//! --allowedTools Bash [--model M] [--resume SID]`, cwd the workspace.
+//! --allowedTools Bash [--model M] [--effort E] [--resume SID]`, cwd the workspace.
 //!
 //! - Endpoint: `ANTHROPIC_BASE_URL` (the binding's URL, speaking `messages`) and
 //!   `ANTHROPIC_API_KEY`; config in `CLAUDE_CONFIG_DIR` under the run's state directory.
@@ -41,6 +41,11 @@ impl Harness for Claude {
         ];
         if let Some(model) = self.setup.model(turn) {
             argv.extend(["--model".into(), model.to_string()]);
+        }
+        if let Some(effort) = &turn.settings.effort {
+            // Claude's lowest level is `low`.
+            let level = if effort == "minimal" { "low" } else { effort };
+            argv.extend(["--effort".into(), level.to_string()]);
         }
         if let Some(id) = turn.resume {
             argv.extend(["--resume".into(), id.to_string()]);

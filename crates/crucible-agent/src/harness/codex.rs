@@ -1,6 +1,6 @@
 //! Codex CLI (`@openai/codex`, pinned in [`super::HarnessKind::package`]) in exec mode with a
 //! JSON stream (design/AGENT-HARNESSES.md §2): `codex exec --json --skip-git-repo-check
-//! --dangerously-bypass-approvals-and-sandbox [-m M] [resume THREAD] <prompt>`, cwd the
+//! --dangerously-bypass-approvals-and-sandbox [-m M] [-c model_reasoning_effort=E] [resume THREAD] <prompt>`, cwd the
 //! workspace, `CODEX_HOME` under the run's state directory.
 //!
 //! - Endpoint: a `crucible` provider in `$CODEX_HOME/config.toml` at the binding's URL,
@@ -81,6 +81,9 @@ impl Harness for Codex {
         ];
         if let Some(model) = self.setup.model(turn) {
             argv.extend(["-m".into(), model.to_string()]);
+        }
+        if let Some(effort) = &turn.settings.effort {
+            argv.extend(["-c".into(), format!("model_reasoning_effort={effort:?}")]);
         }
         if let Some(id) = turn.resume {
             argv.extend(["resume".into(), id.to_string()]);

@@ -1,6 +1,6 @@
 //! The pi coding agent (`@mariozechner/pi-coding-agent`, pinned in
 //! [`super::HarnessKind::package`]) in JSON mode (design/AGENT-HARNESSES.md §3):
-//! `pi -p --mode json [--provider crucible --model M] [--session ID] <prompt>`, cwd the
+//! `pi -p --mode json [--provider crucible --model M] [--thinking E] [--session ID] <prompt>`, cwd the
 //! workspace, `PI_CODING_AGENT_DIR` under the run's state directory.
 //!
 //! - Endpoint: a `crucible` provider in `<dir>/models.json` at the binding's URL, speaking its
@@ -50,12 +50,12 @@ impl Pi {
                 }
             };
             let price = setup.prices.of(&b.model);
-            let model = json!({"id": b.model, "cost": {"input": price.input, "output": price.output,
+            let model = json!({"id": b.model, "reasoning": true, "cost": {"input": price.input, "output": price.output,
                 "cacheRead": price.cached_input, "cacheWrite": price.input}});
             write(
                 "models.json",
                 json!({"providers": {"crucible": {"baseUrl": base, "api": api, "apiKey": KEY_ENV,
-                    "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+                    "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": true},
                     "models": [model]}}}),
             )?;
         }
@@ -77,6 +77,17 @@ impl Harness for Pi {
             argv.extend(["--model".into(), b.model.clone()]);
         } else if let Some(model) = self.setup.model(turn) {
             argv.extend(["--model".into(), model.to_string()]);
+        }
+        // The `crucible` provider's model is marked as reasoning so that an effort reaches it;
+        // without an effort it is asked for none (no reasoning field on the wire).
+        let ours = self
+            .setup
+            .endpoint
+            .as_ref()
+            .is_some_and(|b| b.url.is_some());
+        let thinking = (turn.settings.effort.as_deref()).or(ours.then_some("off"));
+        if let Some(level) = thinking {
+            argv.extend(["--thinking".into(), level.to_string()]);
         }
         if let Some(id) = turn.resume {
             argv.extend(["--session".into(), id.to_string()]);
