@@ -607,6 +607,9 @@ pub fn replay(
 }
 
 #[cfg(test)]
+mod commit_contents;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -1,0 +1,264 @@
+//! RFC-0002:C-PLAYBOOK-LANE: what a passing task's commit holds. Whatever the engine does to
+//! make a commit cheap, its tree must be exactly the tree `git add -A && git write-tree` by the
+//! git CLI makes from the same workspace state, starting from the index of the commit before it.
+//! Each step below runs straight after the one before (no sleeps), so same-second rewrites that
+//! a stat cache could miss are exercised too. Isolated checkouts must hold HEAD's tree exactly
+//! and nothing done in one may reach the shared workspace or the memory.
+
+use super::*;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::process::Command;
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    ws: PathBuf,
+    mem: PathBuf,
+    memory: Memory,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("crucible.toml");
+    std::fs::write(&p, "[workflow]\ntype = \"playbook\"\n").unwrap();
+    let m = crucible_pack::load(&p).unwrap();
+    let ws = workspace_path(&m).unwrap();
+    let mem = tmp.path().join("memory");
+    setup(&m, &ws, &mem).unwrap();
+    let memory = Memory::open(&ws).unwrap();
+    Fixture {
+        tmp,
+        ws,
+        mem,
+        memory,
+    }
+}
+
+/// The git CLI on the run's git directory, with no user or system config, and its own index.
+fn git(f: &Fixture, work_tree: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(&f.mem)
+        .arg("--work-tree")
+        .arg(work_tree)
+        .args(args)
+        .env("GIT_INDEX_FILE", f.tmp.path().join("cli-index"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("HOME", f.tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The tree the git CLI stages from `work_tree`, starting from `parent`'s tree in a fresh index.
+fn cli_tree(f: &Fixture, work_tree: &Path, parent: Oid) -> Oid {
+    let _ = std::fs::remove_file(f.tmp.path().join("cli-index"));
+    git(f, work_tree, &["read-tree", &parent.to_string()]);
+    git(f, work_tree, &["add", "-A"]);
+    Oid::from_str(&git(f, work_tree, &["write-tree"])).unwrap()
+}
+
+fn head(f: &Fixture) -> Oid {
+    let repo = Repository::open_bare(&f.mem).unwrap();
+    let id = repo.head().unwrap().peel_to_commit().unwrap().id();
+    id
+}
+
+fn tree_of(f: &Fixture, commit: Oid) -> Oid {
+    let repo = Repository::open_bare(&f.mem).unwrap();
+    let id = repo.find_commit(commit).unwrap().tree_id();
+    id
+}
+
+/// Changes the workspace as a task would, commits, and compares with the CLI's tree.
+fn step(f: &Fixture, name: &str, change: impl FnOnce(&Path)) {
+    let parent = head(f);
+    change(&f.ws);
+    let committed = f.memory.commit_task(name).unwrap();
+    let expected = cli_tree(f, &f.ws, parent);
+    let got = tree_of(f, committed.unwrap_or(parent));
+    assert_eq!(
+        got, expected,
+        "step {name}: the commit's tree is not `git add -A`'s"
+    );
+    assert_eq!(
+        committed.is_some(),
+        expected != tree_of(f, parent),
+        "step {name}: committed exactly when something changed"
+    );
+    if let Some(c) = committed {
+        let repo = Repository::open_bare(&f.mem).unwrap();
+        assert_eq!(repo.refname_to_id(&task_ref(name)).unwrap(), c);
+        assert_eq!(repo.find_commit(c).unwrap().parent_id(0).unwrap(), parent);
+    }
+}
+
+fn write(p: &Path, body: &str) {
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(p, body).unwrap();
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A base most steps change: files at several depths, an executable, symlinks, ignore rules
+/// with ignored files present, and an empty directory.
+fn seed(ws: &Path) {
+    write(&ws.join("a.txt"), "aaaa");
+    write(&ws.join("b.txt"), "b");
+    write(&ws.join("dir/c.txt"), "c");
+    write(&ws.join("dir/sub/d.txt"), "d");
+    write(&ws.join("tool.sh"), "#!/bin/sh\n");
+    symlink("a.txt", ws.join("link")).unwrap();
+    symlink("dir", ws.join("dirlink")).unwrap();
+    write(&ws.join(".gitignore"), "*.log\nbuild/\n");
+    write(&ws.join("keep.log"), "ignored");
+    write(&ws.join("build/out.o"), "ignored");
+    std::fs::create_dir_all(ws.join("empty")).unwrap();
+}
+
+#[test]
+fn shared_workspace_commits_what_git_add_all_stages() {
+    let f = fixture();
+    step(&f, "seed", seed);
+    step(&f, "same-size rewrite", |ws| {
+        write(&ws.join("a.txt"), "bbbb")
+    });
+    step(&f, "append in place", |ws| {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(ws.join("dir/c.txt"))
+            .unwrap();
+        file.write_all(b" more").unwrap();
+    });
+    step(&f, "same size, mtime put back", |ws| {
+        let p = ws.join("a.txt");
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        write(&p, "cccc");
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+    });
+    step(&f, "delete", |ws| {
+        std::fs::remove_file(ws.join("b.txt")).unwrap()
+    });
+    step(&f, "rename", |ws| {
+        std::fs::rename(ws.join("dir/sub/d.txt"), ws.join("dir/e.txt")).unwrap()
+    });
+    step(&f, "chmod +x", |ws| chmod(&ws.join("tool.sh"), 0o755));
+    step(&f, "chmod -x", |ws| chmod(&ws.join("tool.sh"), 0o644));
+    step(&f, "file to directory", |ws| {
+        std::fs::remove_file(ws.join("a.txt")).unwrap();
+        write(&ws.join("a.txt/inner.txt"), "inner");
+    });
+    step(&f, "directory to file", |ws| {
+        std::fs::remove_dir_all(ws.join("dir")).unwrap();
+        write(&ws.join("dir"), "now a file");
+    });
+    step(&f, "ignored files only", |ws| {
+        write(&ws.join("keep.log"), "still ignored");
+        write(&ws.join("new.log"), "ignored");
+        write(&ws.join("build/deep/x.o"), "ignored");
+    });
+    step(&f, "tracked file becomes ignored, then changes", |ws| {
+        write(&ws.join(".gitignore"), "*.log\nbuild/\ntool.sh\n");
+        write(&ws.join("tool.sh"), "#!/bin/sh\nexit 0\n");
+    });
+    step(&f, "symlinks retargeted and replaced", |ws| {
+        std::fs::remove_file(ws.join("link")).unwrap();
+        symlink("nowhere", ws.join("link")).unwrap();
+        std::fs::remove_file(ws.join("dirlink")).unwrap();
+        write(&ws.join("dirlink"), "a file now");
+        symlink("a.txt/inner.txt", ws.join("newlink")).unwrap();
+    });
+    step(&f, "file replaced by a symlink", |ws| {
+        std::fs::remove_file(ws.join("dir")).unwrap();
+        symlink("tool.sh", ws.join("dir")).unwrap();
+    });
+    step(&f, "empty directories only", |ws| {
+        std::fs::create_dir_all(ws.join("e1/e2/e3")).unwrap();
+    });
+    step(&f, "nested new file under an empty directory", |ws| {
+        write(&ws.join("e1/e2/e3/deep.txt"), "deep");
+        write(&ws.join("n/o/p/q/r.txt"), "r");
+    });
+    step(&f, "nothing", |_| {});
+    step(&f, "many at once", |ws| {
+        for i in 0..60 {
+            write(&ws.join(format!("many/{}/f{i}.txt", i % 7)), &i.to_string());
+        }
+        std::fs::remove_dir_all(ws.join("n")).unwrap();
+        std::fs::remove_file(ws.join("many/3/f3.txt")).unwrap();
+        chmod(&ws.join("many/4/f4.txt"), 0o755);
+    });
+    step(&f, "a whole directory deleted", |ws| {
+        std::fs::remove_dir_all(ws.join("many")).unwrap()
+    });
+}
+
+#[test]
+fn failed_task_discard_then_next_commit_is_exact() {
+    let f = fixture();
+    step(&f, "seed", seed);
+    // A failing task's changes are thrown away; the next task's commit must not see them.
+    write(&f.ws.join("a.txt"), "zzzz");
+    write(&f.ws.join("junk/x.txt"), "x");
+    chmod(&f.ws.join("tool.sh"), 0o755);
+    std::fs::remove_file(f.ws.join("b.txt")).unwrap();
+    f.memory.discard().unwrap();
+    step(&f, "after discard", |ws| write(&ws.join("b.txt"), "bb"));
+    assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "aaaa");
+    assert!(!f.ws.join("junk").exists());
+}
+
+#[test]
+fn isolated_checkout_holds_head_and_keeps_its_changes_to_itself() {
+    let f = fixture();
+    step(&f, "seed", seed);
+    let before = head(&f);
+    let iso = f.tmp.path().join("iso");
+    f.memory.checkout_to(&iso).unwrap();
+    // Exactly HEAD's tree: contents, modes and symlinks (ignored files are not in HEAD).
+    assert_eq!(cli_tree(&f, &iso, before), tree_of(&f, before));
+    assert!(!iso.join("keep.log").exists() && !iso.join(".git").exists());
+    // Everything an isolated task may do, including writes in place through open files.
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(iso.join("a.txt"))
+            .unwrap();
+        file.write_all(b"XXXX").unwrap();
+    }
+    chmod(&iso.join("tool.sh"), 0o755);
+    std::fs::remove_file(iso.join("b.txt")).unwrap();
+    std::fs::rename(iso.join("dir/c.txt"), iso.join("c-moved.txt")).unwrap();
+    std::fs::remove_dir_all(iso.join("dir")).unwrap();
+    write(&iso.join("dir"), "file");
+    write(&iso.join("new.txt"), "new");
+    // None of it reaches the shared workspace or the memory.
+    assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "aaaa");
+    assert_eq!(cli_tree(&f, &f.ws, before), tree_of(&f, before));
+    assert_eq!(f.memory.commit_task("after isolated").unwrap(), None);
+    assert_eq!(head(&f), before);
+    // A second checkout is HEAD again, not what the first one was left as.
+    let iso2 = f.tmp.path().join("iso2");
+    f.memory.checkout_to(&iso2).unwrap();
+    assert_eq!(cli_tree(&f, &iso2, before), tree_of(&f, before));
+    // And a shared task afterwards still commits exactly.
+    step(&f, "shared after isolated", |ws| {
+        write(&ws.join("b.txt"), "b2")
+    });
+}
