@@ -27,6 +27,7 @@ mod live;
 mod mapped_files;
 mod model_routes;
 mod one_engine;
+mod picture;
 mod readback;
 mod repair;
 mod reports;

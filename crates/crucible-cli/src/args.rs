@@ -118,6 +118,18 @@ pub struct ShowArgs {
     /// Print mermaid source instead of the table.
     #[arg(long)]
     pub mermaid: bool,
+    /// Draw the graph instead of the table: `svg` prints an SVG document.
+    #[arg(long, value_enum, conflicts_with = "mermaid")]
+    pub format: Option<PictureFormat>,
+    /// With --format: colour each task by its status in this run (a run id, or `latest`) of
+    /// the state directory beside the manifest.
+    #[arg(value_name = "RUN", requires_all = ["format", "manifest"])]
+    pub run: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum PictureFormat {
+    Svg,
 }
 
 #[derive(Args, Debug)]

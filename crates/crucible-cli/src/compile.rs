@@ -1,7 +1,10 @@
 //! `check`, `plan compile`, `plan params`, `plan show`, `pack digest`: the inspectors. They
 //! print to stdout, diagnostics to stderr, and exit 0 when clean, 1 on errors or findings.
 
-use crate::args::{CheckArgs, CompileArgs, DigestArgs, Format, ParamsArgs, ShowArgs};
+use crate::args::{
+    CheckArgs, CompileArgs, DigestArgs, Format, ParamsArgs, PictureFormat, ShowArgs,
+};
+use crate::picture;
 use anyhow::{anyhow, Context, Result};
 use crucible_dsl::{CompileRequest, Compiled, Diagnostics, Limits};
 use crucible_engine::files;
@@ -354,6 +357,18 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     };
     if a.mermaid {
         print!("{}", render::to_mermaid(&plan));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(PictureFormat::Svg) = a.format {
+        let statuses = match &a.run {
+            Some(run) => Some(picture::run_statuses(&manifest.dir.join("state"), run)?),
+            None => None,
+        };
+        let colouring = match &statuses {
+            Some(s) => picture::Colouring::Run(s),
+            None => picture::Colouring::Kind,
+        };
+        print!("{}", picture::svg(&plan, &colouring));
         return Ok(ExitCode::SUCCESS);
     }
     print_table(&plan);

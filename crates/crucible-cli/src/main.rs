@@ -8,6 +8,7 @@
 mod args;
 mod bounded;
 mod compile;
+mod picture;
 mod run;
 
 use args::{Cli, Command, PackCommand, PlanCommand};
