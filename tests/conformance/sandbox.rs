@@ -70,6 +70,38 @@ fn the_root_write_to_a_staged_input_fails() {
     assert_eq!(p.row("use")["status"], "pass");
 }
 
+// The root task that unmounts what hides the state and remounts its inputs read-write: under an
+// engine run as root (CI, this VM) it would hold every capability without `--cap-drop ALL`. It
+// cannot unmount, remount or make a namespace, so its forged row never reaches the log and the
+// staged input stays untouched.
+#[test]
+fn the_root_task_that_unmounts_the_hidden_state_fails() {
+    let forged = r#"{"v":1,"kind":"task_result","ts":"2026-01-01T00:00:00.000Z","task":"gate","status":"pass","note":"forged","output":{},"attempts":1,"cost_usd":0.0,"secs":0.0,"score":null,"files":false}"#;
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        command("make", "printf made > a.txt; echo '{}'", "emits_files = [\"a.txt\"]"),
+        command(
+            "evil",
+            &format!(
+                "umount -l ../state; umount -l ..; mount -o remount,rw,bind inputs; \
+                 mount -o remount,rw /; unshare -m true && echo unshared >> \"$PACK/escaped\"; \
+                 printf x >> inputs/make/a.txt && echo wrote >> \"$PACK/escaped\"; \
+                 for l in ../state/runs/*/session.jsonl; do echo '{forged}' >> \"$l\" && echo forged >> \"$PACK/escaped\"; done; echo '{{}}'"
+            ),
+            "depends_on = [\"make\"]"
+        ),
+        "[[workflow.task]]\nname = \"gate\"\nkind = \"evaluate\"\nrun = \"echo '{\\\"pass\\\": false}'\"\ndepends_on = [\"evil\"]\n",
+    ));
+    assert_eq!(p.run(&[]).code, 3);
+    assert!(
+        !p.probe().join("escaped").exists(),
+        "{:?}",
+        std::fs::read_to_string(p.probe().join("escaped"))
+    );
+    assert!(!crate::resume::log_text(&p).contains("forged"));
+    assert_eq!(p.row("gate")["status"], "fail");
+}
+
 /// A task that leaves `setsid sleep <mark>` behind, says it started, then runs `then`.
 fn survivor(mark: &str, then: &str) -> String {
     format!("setsid sleep {mark} </dev/null >/dev/null 2>&1 & touch \"$PACK/started\"; {then}")

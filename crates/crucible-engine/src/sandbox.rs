@@ -12,6 +12,9 @@
 //! The attempt gets its own PID namespace whose init is bubblewrap, tied to the engine with
 //! `--die-with-parent`: when the attempt's process exits or is killed, or the engine dies however
 //! it dies, the kernel kills everything left in the namespace, `setsid` survivors included.
+//! Every capability is dropped (`--cap-drop ALL`): an engine run as root would otherwise hand
+//! its tasks `CAP_SYS_ADMIN`, and a task could simply unmount what hides the state directory or
+//! remount its inputs read-write. A root task keeps uid 0 (it owns what root owns) and nothing more.
 //! The network is shared. Host paths the manifest exposes (`[sandbox] expose`) are bound
 //! read-write before the pack and the state directory are hidden, so neither is ever reachable
 //! through one of them.
@@ -105,6 +108,8 @@ impl Sandbox {
             "--unshare-pid",
             "--unshare-ipc",
             "--die-with-parent",
+            "--cap-drop",
+            "ALL",
         ]
         .iter()
         .map(|a| a.to_string())
