@@ -69,17 +69,17 @@ fn cases() -> Vec<Case> {
             pack: || {
                 star(
                     &format!("{MARK_STAR}w = agent(name = \"w\", prompt = \"hi\", sandbox = \"net\")\nworkflow([mark, w])\n"),
-                    "[agent]\nbackend = \"command\"\nagent_cmd = \"cat\"\n[agent.sandbox.net]\nimage = \"x\"\n",
+                    "[agent]\nbackend = \"command\"\nagent_cmd = \"cat\"\n[agent.sandbox.net]\nsecrets = [\"S\"]\n",
                 )
             },
             flags: &[],
-            reason: "task `w` uses a sandbox, which this engine does not run yet",
+            reason: "task `w` names sandbox `net`, whose secret `S` [env].secrets does not declare",
         },
         Case {
             name: "[agent.sandbox.*]",
-            pack: || Pack::playbook(&format!("[agent.sandbox.net]\nimage = \"x\"\n{MARK}")),
+            pack: || Pack::playbook(&format!("[agent.sandbox.net]\nendpoints = [\"x\"]\n{MARK}")),
             flags: &[],
-            reason: "[agent.sandbox.net] is not built in this engine",
+            reason: "[agent.sandbox.net].endpoints is not built in this engine",
         },
         Case {
             name: "report to email",

@@ -220,3 +220,107 @@ fn without_bubblewrap_the_run_is_refused_unless_opted_out() {
     );
     assert_eq!(q.run(&[]).code, 0);
 }
+
+/// A manifest with two agent tasks on the command backend whose turn tries the loopback server
+/// at `port` and reports what it reached and which declared secrets it received: `boxed` in the
+/// named sandbox `offline` (listing only `SECRET_A`), `open` in the run's default sandbox.
+fn sandboxed_agents(port: u16, sandbox_table: &str) -> String {
+    let turn = format!(
+        r#"if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}; printf "GET / HTTP/1.0\r\n\r\n" >&3; head -c 15 <&3' >reply 2>/dev/null; then net=$(cat reply); else net=none; fi; rm -f reply; echo "{{\"net\": \"$net\", \"a\": \"$SECRET_A\", \"b\": \"$SECRET_B\"}}" > PLAN_TASK_RESULT.json"#
+    );
+    format!(
+        "[env]\nsecrets = [\"SECRET_A\", \"SECRET_B\"]\n\
+         [agent]\nbackend = \"command\"\nagent_cmd = '''{turn}'''\n\
+         {sandbox_table}\n\
+         [[workflow.task]]\nname = \"boxed\"\nkind = \"agent\"\nprompt = \"x\"\nsandbox = \"offline\"\n\
+         [[workflow.task]]\nname = \"open\"\nkind = \"agent\"\nprompt = \"y\"\n"
+    )
+}
+
+// A task in a named sandbox (`sandbox = "offline"`, `[agent.sandbox.offline]` with no image and
+// no endpoints) has no network: it cannot open a TCP connection to a loopback HTTP server the
+// test runs, while a task in the default sandbox can. Of the declared secrets it receives only
+// those its sandbox lists; `check` prints what the sandbox gives.
+#[test]
+fn a_task_in_a_named_sandbox_has_no_network_and_only_its_secrets() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in server.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut conn = conn;
+            let _ = conn.read(&mut [0u8; 512]);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhi");
+        }
+    });
+    let p = Pack::playbook(&sandboxed_agents(
+        port,
+        "[agent.sandbox.offline]\nsecrets = [\"SECRET_A\"]",
+    ));
+    let check = p.check().run();
+    assert_eq!(check.code, 0, "{check:?}");
+    assert!(
+        check
+            .stdout
+            .contains("task boxed: sandbox offline: network none, declared secrets: SECRET_A"),
+        "{check:?}"
+    );
+    let r = p
+        .command(&p.run_args(&[]))
+        .env("SECRET_A", "alpha-secret")
+        .env("SECRET_B", "bravo-secret")
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let (boxed, open) = (p.row("boxed"), p.row("open"));
+    assert_eq!(open["output"]["net"], "HTTP/1.0 200 OK", "{open}");
+    assert_eq!(boxed["output"]["net"], "none", "{boxed}");
+    // Values are masked in outputs: `***` is a secret received, "" one withheld.
+    assert_eq!(open["output"]["b"], "***", "{open}");
+    assert_eq!(boxed["output"]["a"], "***", "{boxed}");
+    assert_eq!(boxed["output"]["b"], "", "{boxed}");
+}
+
+// A named sandbox with an image or an egress allowlist, one no table defines, one listing an
+// undeclared secret, or one in a run that opted out of the sandbox: refused by `plan run`
+// before dispatch and by `check`, with the same reason.
+#[test]
+fn named_sandboxes_it_cannot_honour_are_refused_by_check_and_run_alike() {
+    for (table, flags, reason) in [
+        (
+            "[agent.sandbox.offline]\nimage = \"debian:12\"",
+            &[][..],
+            "[agent.sandbox.offline].image is not built in this engine: images are not run locally",
+        ),
+        (
+            "[agent.sandbox.offline]\nendpoints = [\"api.example.com\"]",
+            &[][..],
+            "[agent.sandbox.offline].endpoints is not built in this engine: an egress allowlist cannot be enforced",
+        ),
+        (
+            "[agent.sandbox.other]",
+            &[][..],
+            "task `boxed` names sandbox `offline`, which no [agent.sandbox.offline] table defines",
+        ),
+        (
+            "[agent.sandbox.offline]\nsecrets = [\"SECRET_C\"]",
+            &[][..],
+            "task `boxed` names sandbox `offline`, whose secret `SECRET_C` [env].secrets does not declare",
+        ),
+        (
+            "[agent.sandbox.offline]",
+            &["--no-sandbox"][..],
+            "task `boxed` names sandbox `offline` (no network), which needs the bubblewrap sandbox",
+        ),
+    ] {
+        let p = Pack::playbook(&sandboxed_agents(1, table));
+        let run = p.run(flags);
+        assert_eq!(run.code, 1, "{table}: {run:?}");
+        assert!(run.stderr.contains(reason), "{table}: {run:?}");
+        assert!(!p.state().join("runs").exists(), "nothing was dispatched");
+        if flags.is_empty() {
+            let check = p.check().run();
+            assert_eq!(check.code, 1, "{table}: {check:?}");
+            assert!(check.stderr.contains(reason), "{table}: {check:?}");
+        }
+    }
+}

@@ -385,6 +385,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         harness: None,
         max_secs: None,
         state_dir: None,
+        no_sandbox: false,
     };
     for n in manifest.not_applied() {
         println!("not applied: {}", escape(&n));
@@ -525,6 +526,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             harness: harness.as_deref(),
             max_secs,
             state_dir: Some(&state_dir),
+            no_sandbox: false,
         };
         match admission(plan, &m, sub) {
             Err(reasons) => {
@@ -535,6 +537,17 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
                 }
             }
             Ok(adm) => {
+                for (task, named) in &adm.sandboxes {
+                    let secrets = match named.secrets.is_empty() {
+                        true => "none".to_string(),
+                        false => named.secrets.join(", "),
+                    };
+                    let line = format!(
+                        "  task {task}: sandbox {}: network none, declared secrets: {secrets}",
+                        named.name
+                    );
+                    println!("{}", escape(&line));
+                }
                 for (kind, program) in &adm.harnesses {
                     let (package, version) = kind.package();
                     let line = format!(

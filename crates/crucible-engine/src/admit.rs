@@ -32,6 +32,8 @@ pub struct Substrate<'a> {
     /// The state directory the run would keep, where the caller has it: it may not overlap the
     /// workspace, which is rebuilt from scratch each run.
     pub state_dir: Option<&'a Path>,
+    /// `--no-sandbox`: a task's named sandbox cannot be honoured unsandboxed.
+    pub no_sandbox: bool,
 }
 
 /// A plan this engine can run on the substrate.
@@ -43,6 +45,8 @@ pub struct Admission {
     pub harnesses: BTreeMap<HarnessKind, PathBuf>,
     pub goal: Option<String>,
     pub caps: CapVerdict,
+    /// Each task in a named sandbox, by task name.
+    pub sandboxes: BTreeMap<String, crate::sandbox::Named>,
 }
 
 /// Everything this engine refuses about running `plan` from `manifest` on `sub`, each reason
@@ -62,7 +66,17 @@ pub fn admission(
     if plan.tasks.is_empty() {
         refused.push("the plan has no tasks".into());
     }
+    let sandboxed = !sub.no_sandbox && manifest.manifest.sandbox.enabled;
+    let mut sandboxes = BTreeMap::new();
     for t in &plan.tasks {
+        if let Some(name) = &t.sandbox {
+            match crate::sandbox::named(&manifest.manifest, name, sandboxed) {
+                Ok(named) => {
+                    sandboxes.insert(t.name.clone(), named);
+                }
+                Err(e) => refused.push(format!("task `{}` {e}", t.name)),
+            }
+        }
         // RFC-0002:C-PLAYBOOK-BUDGET: a deadline never extends past the ceiling.
         let over = |&s: &u64| sub.max_secs.is_some_and(|max| s > max);
         if let (Some(s), Some(max)) = (t.timeout_secs.filter(over), sub.max_secs) {
@@ -117,6 +131,7 @@ pub fn admission(
         harnesses,
         goal,
         caps: caps::verdict(plan, sub.caps),
+        sandboxes,
     })
 }
 
@@ -253,9 +268,6 @@ fn task_runs(t: &crucible_plan::Task, sub: Substrate) -> Result<(), String> {
             "task `{n}` uses {what}, which this engine does not run yet"
         ))
     };
-    if t.sandbox.is_some() {
-        return unsupported("a sandbox");
-    }
     match t.kind {
         TaskKind::Command | TaskKind::Evaluate => {
             if t.run.as_deref().is_none_or(|r| r.trim().is_empty()) {
@@ -295,6 +307,8 @@ pub struct Admitted {
     pub truncating: Vec<usize>,
     /// Tasks skipped for a missing capability, with the note their row carries.
     pub cap_skipped: Vec<(usize, String)>,
+    /// Each task in a named sandbox, by task name.
+    pub sandboxes: BTreeMap<String, crate::sandbox::Named>,
 }
 
 pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
@@ -329,6 +343,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         harness: req.harness.as_deref(),
         max_secs: Some(max_secs),
         state_dir: Some(&req.state_dir),
+        no_sandbox: req.no_sandbox,
     };
     let a = admission(plan, &req.manifest, sub)
         .map_err(|refused| RunError::refused(refused.join("\n  ")))?;
@@ -341,6 +356,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         graph: plan.graph().clone(),
         truncating: a.caps.truncating,
         cap_skipped: a.caps.skipped,
+        sandboxes: a.sandboxes,
     })
 }
 
@@ -512,7 +528,10 @@ mod tests {
         boxed.sandbox = Some("net".into());
         let (_d, req) = request(vec![boxed]);
         let e = refusal(&req);
-        assert!(e.contains("task `boxed` uses a sandbox"), "{e}");
+        assert!(
+            e.contains("task `boxed` names sandbox `net`, which no [agent.sandbox.net]"),
+            "{e}"
+        );
         assert!(e.contains("no agent backend"), "{e}");
     }
 }

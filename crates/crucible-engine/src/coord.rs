@@ -87,10 +87,15 @@ struct Report {
 }
 
 impl Ctx {
-    /// The spawn an attempt runs: `spawn` under the run's sandbox, or as it is when opted out.
-    fn sandboxed(&self, spawn: crucible_agent::spawn::Spawn) -> crucible_agent::spawn::Spawn {
+    /// The spawn an attempt of `task` runs: `spawn` under the run's sandbox (without a network
+    /// in a named sandbox), or as it is when opted out (admission refuses a named sandbox then).
+    fn sandboxed(
+        &self,
+        task: &str,
+        spawn: crucible_agent::spawn::Spawn,
+    ) -> crucible_agent::spawn::Spawn {
         match &self.sandbox {
-            Some(sb) => sb.wrap(spawn),
+            Some(sb) => sb.wrap(spawn, self.sandboxes.contains_key(task)),
             None => spawn,
         }
     }
@@ -189,6 +194,8 @@ struct Ctx {
     agent_env: Vec<(String, String)>,
     /// The bubblewrap layout every attempt's spawn is wrapped in; `None` when opted out.
     sandbox: Option<crate::sandbox::Sandbox>,
+    /// Each task in a named sandbox, by task name (admitted).
+    sandboxes: std::collections::BTreeMap<String, crate::sandbox::Named>,
     /// The launch variables every task receives (the base and `[env]`).
     task_env: crate::taskenv::TaskEnv,
     /// The run's declared secrets, masked in everything a task's process wrote.
@@ -485,6 +492,7 @@ pub async fn execute(
             )),
             crate::sandbox::Mode::Off(_) => None,
         },
+        sandboxes: adm.sandboxes.clone(),
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         agent_env: agent

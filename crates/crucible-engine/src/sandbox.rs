@@ -15,11 +15,13 @@
 //! Every capability is dropped (`--cap-drop ALL`): an engine run as root would otherwise hand
 //! its tasks `CAP_SYS_ADMIN`, and a task could simply unmount what hides the state directory or
 //! remount its inputs read-write. A root task keeps uid 0 (it owns what root owns) and nothing more.
-//! The network is shared. Host paths the manifest exposes (`[sandbox] expose`) are bound
+//! The network is shared, except for an agent task in a named sandbox ([`Named`]), which has none.
+//! Host paths the manifest exposes (`[sandbox] expose`) are bound
 //! read-write before the pack and the state directory are hidden, so neither is ever reachable
 //! through one of them.
 
 use crucible_agent::spawn::Spawn;
+use crucible_pack::manifest::Manifest;
 use std::path::{Path, PathBuf};
 
 /// The Debian package that provides `bwrap`.
@@ -62,6 +64,46 @@ fn find_bwrap() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A task's named sandbox (`sandbox = "name"` naming `[agent.sandbox.<name>]`): the run's layout
+/// with no network (`--unshare-net`: only its own loopback), and of the manifest's declared
+/// `[env].secrets` only those it lists. An image or an egress allowlist is refused before any
+/// dispatch (`LoadedManifest::unbuilt`), so neither appears here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Named {
+    pub name: String,
+    /// The declared secrets its tasks receive.
+    pub secrets: Vec<String>,
+}
+
+/// The named sandbox `name` as `manifest` defines it, or why a task asking for it cannot run:
+/// it is undefined, lists a secret `[env].secrets` does not declare, or the run is unsandboxed
+/// (`sandboxed` false), where no network could be taken away.
+pub fn named(manifest: &Manifest, name: &str, sandboxed: bool) -> Result<Named, String> {
+    let Some(def) = manifest.agent.sandbox.get(name) else {
+        return Err(format!(
+            "names sandbox `{name}`, which no [agent.sandbox.{name}] table defines"
+        ));
+    };
+    if let Some(s) = def
+        .secrets
+        .iter()
+        .find(|s| !manifest.env.secrets.contains(s))
+    {
+        return Err(format!(
+            "names sandbox `{name}`, whose secret `{s}` [env].secrets does not declare"
+        ));
+    }
+    if !sandboxed {
+        return Err(format!(
+            "names sandbox `{name}` (no network), which needs the bubblewrap sandbox this run opted out of ({FLAG} or {MANIFEST_KEY})"
+        ));
+    }
+    Ok(Named {
+        name: name.to_string(),
+        secrets: def.secrets.clone(),
+    })
+}
+
 /// One run's sandbox layout.
 #[derive(Clone, Debug)]
 pub struct Sandbox {
@@ -92,8 +134,9 @@ impl Sandbox {
     }
 
     /// `spawn` run under bubblewrap: the same environment (bwrap passes its own to the task),
-    /// the same working directory, the layout described at the top of this module.
-    pub fn wrap(&self, spawn: Spawn) -> Spawn {
+    /// the same working directory, the layout described at the top of this module; without a
+    /// network when `no_network` (a task in a named sandbox).
+    pub fn wrap(&self, spawn: Spawn, no_network: bool) -> Spawn {
         let s = |p: &Path| p.to_string_lossy().into_owned();
         let mut argv: Vec<String> = [
             "--ro-bind",
@@ -115,6 +158,9 @@ impl Sandbox {
         .map(|a| a.to_string())
         .collect();
         argv.insert(0, s(&self.bwrap));
+        if no_network {
+            argv.push("--unshare-net".to_string());
+        }
         let mut op = |flag: &str, path: &Path| {
             argv.extend([flag.to_string(), s(path)]);
             if flag != "--tmpfs" {
@@ -169,7 +215,11 @@ mod tests {
             Path::new("/p/state"),
             Path::new("/p/state/runs/r"),
         );
-        let w = sb.wrap(Spawn::shell("true", Path::new("/p/workspace"), vec![]));
+        let w = sb.wrap(
+            Spawn::shell("true", Path::new("/p/workspace"), vec![]),
+            false,
+        );
+        assert!(!w.argv.iter().any(|a| a == "--unshare-net"));
         let at = |a: &str| w.argv.iter().position(|x| x == a).unwrap();
         assert_eq!(w.argv[0], "/usr/bin/bwrap");
         assert!(at("/p") < at("/p/workspace"));

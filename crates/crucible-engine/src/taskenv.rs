@@ -22,6 +22,8 @@ pub const CONTRACT: &[&str] = &["CRUCIBLE_TASK", "CRUCIBLE_INPUTS_FILE", "CRUCIB
 #[derive(Clone, Debug, Default)]
 pub struct TaskEnv {
     vars: Vec<(String, String)>,
+    /// The names `[env].secrets` declares: a task in a named sandbox gets only those it lists.
+    secrets: Vec<String>,
 }
 
 impl TaskEnv {
@@ -41,13 +43,24 @@ impl TaskEnv {
                 vars.push((name.to_string(), value));
             }
         }
-        TaskEnv { vars }
+        TaskEnv {
+            vars,
+            secrets: declared.secrets.clone(),
+        }
     }
 
-    /// The environment of a task process: the launch's allowed variables, then `contract`.
-    pub fn for_task(&self, contract: &[(String, String)]) -> Vec<(String, String)> {
+    /// The environment of a task process: the launch's allowed variables, then `contract`. With
+    /// `only_secrets` (a task in a named sandbox), a declared secret it does not list is withheld.
+    pub fn for_task(
+        &self,
+        contract: &[(String, String)],
+        only_secrets: Option<&[String]>,
+    ) -> Vec<(String, String)> {
+        let withheld = |k: &String| {
+            only_secrets.is_some_and(|only| self.secrets.contains(k) && !only.contains(k))
+        };
         let mut env: Vec<(String, String)> = (self.vars.iter())
-            .filter(|(k, _)| !contract.iter().any(|(c, _)| c == k))
+            .filter(|(k, _)| !contract.iter().any(|(c, _)| c == k) && !withheld(k))
             .cloned()
             .collect();
         env.extend(contract.iter().cloned());
@@ -134,13 +147,21 @@ mod tests {
             vars: vec![
                 ("PATH".into(), "/bin".into()),
                 ("CRUCIBLE_TASK".into(), "ambient".into()),
+                ("KEY_A".into(), "a".into()),
+                ("KEY_B".into(), "b".into()),
             ],
+            secrets: vec!["KEY_A".into(), "KEY_B".into()],
         };
         let contract = vec![("CRUCIBLE_TASK".to_string(), "t".to_string())];
-        let env = base.for_task(&contract);
+        let env = base.for_task(&contract, None);
         assert_eq!(env.last(), contract.last());
         assert_eq!(env.iter().filter(|(k, _)| k == "CRUCIBLE_TASK").count(), 1);
         assert_eq!(env[0], ("PATH".to_string(), "/bin".to_string()));
+        assert!(env.iter().any(|(k, _)| k == "KEY_B"));
+        // A named sandbox listing only KEY_A: KEY_B is withheld, the rest unchanged.
+        let only = base.for_task(&contract, Some(&["KEY_A".to_string()]));
+        let names: Vec<&str> = only.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PATH", "KEY_A", "CRUCIBLE_TASK"]);
     }
 
     #[test]

@@ -411,8 +411,13 @@ impl LoadedManifest {
         key(a.broker.is_some(), "[agent].broker");
         key(a.relay.is_some(), "[agent].relay");
         key(a.sandbox_image.is_some(), "[agent].sandbox_image");
-        for name in a.sandbox.keys() {
-            key(true, &format!("[agent.sandbox.{name}]"));
+        for (name, s) in &a.sandbox {
+            if s.image.is_some() {
+                out.push(format!("[agent.sandbox.{name}].image is not built in this engine: images are not run locally; remove it"));
+            }
+            if !s.endpoints.is_empty() {
+                out.push(format!("[agent.sandbox.{name}].endpoints is not built in this engine: an egress allowlist cannot be enforced on a shared network; remove it (a named sandbox has no network)"));
+            }
         }
         out
     }

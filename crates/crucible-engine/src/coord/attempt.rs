@@ -89,7 +89,8 @@ pub(super) async fn run(
             dir.to_string_lossy().into_owned(),
         ));
     }
-    let mut env = ctx.task_env.for_task(&contract);
+    let only_secrets = (ctx.sandboxes.get(&task.name)).map(|n| n.secrets.as_slice());
+    let mut env = ctx.task_env.for_task(&contract, only_secrets);
     let agent = if task.kind == TaskKind::Agent {
         let prompt = match crucible_agent::assemble_prompt(&PromptParts {
             goal: ctx.goal.as_deref(),
@@ -175,11 +176,14 @@ pub(super) async fn run(
         let mut conversation = None;
         let transport = match &agent {
             None => {
-                let spawn = ctx.sandboxed(Spawn::shell(
-                    task.run.as_deref().expect("admission requires run"),
-                    &cwd,
-                    env.clone(),
-                ));
+                let spawn = ctx.sandboxed(
+                    &task.name,
+                    Spawn::shell(
+                        task.run.as_deref().expect("admission requires run"),
+                        &cwd,
+                        env.clone(),
+                    ),
+                );
                 match proc::run(&spawn, deadline, abort.clone(), None).await {
                     Err(e) => Some(TurnError::Spawn(e)),
                     Ok(f) => {
@@ -556,7 +560,7 @@ async fn agent_turn(
             writable: false,
         });
     }
-    let spawn = ctx.sandboxed(spawn);
+    let spawn = ctx.sandboxed(&task.name, spawn);
     let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut progress = Progress::default();
     // What the attempt's earlier turns spent, under this one's streamed spend.
