@@ -26,7 +26,11 @@ fn missing_or_malformed_output_fails() {
         p.row("silent")["note"],
         "no output: expected a JSON result on the last stdout line"
     );
-    assert_eq!(p.row("chatty")["note"], "last stdout line is not JSON");
+    // Issue 19: the note shows the offending line, quoted.
+    assert_eq!(
+        p.row("chatty")["note"],
+        "last stdout line is not JSON: \"hello\""
+    );
 }
 
 // RFC-0002:C-SETTLED-JOIN: "status": "fail" settles the task failed with its note, not retried;

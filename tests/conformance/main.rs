@@ -24,6 +24,7 @@ mod inspect;
 mod io;
 mod lane;
 mod live;
+mod logs;
 mod mapped_files;
 mod model_routes;
 mod one_engine;

@@ -81,6 +81,15 @@ fn a_declared_secret_is_masked_everywhere() {
         assert!(!r.stderr.contains(secret), "stderr: {}", r.stderr);
     }
     assert!(r.stdout.contains("token ***"), "{}", r.stdout);
+    // The kept task logs (issue 19) are masked the same way.
+    let logs = crate::logs::all_logs(&p);
+    assert!(
+        logs.contains("token ***") && logs.contains("key ***"),
+        "{logs}"
+    );
+    for secret in [TOKEN, AGENT_KEY] {
+        assert!(!logs.contains(secret), "a task log holds {secret}:\n{logs}");
+    }
 }
 
 // `check` prints what each kind of task receives, by name, never a value.

@@ -8,6 +8,7 @@
 mod args;
 mod bounded;
 mod compile;
+mod inspect;
 mod picture;
 mod run;
 

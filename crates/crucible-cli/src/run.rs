@@ -252,6 +252,11 @@ fn print_summary(s: &RunSummary) {
     let _ = writeln!(out);
     for (name, row) in &s.rows {
         let _ = writeln!(out, "{}", row_line(name, row.as_ref()));
+        if let Some(r) = row.as_ref().filter(|r| !r.status.is_pass()) {
+            for line in crate::inspect::failure_excerpt(&s.run_dir, r) {
+                let _ = writeln!(out, "{line}");
+            }
+        }
     }
     let mut outcome = format!("outcome: {}", s.outcome);
     if let Some(c) = s.ceiling {

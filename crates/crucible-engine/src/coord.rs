@@ -84,6 +84,8 @@ struct Report {
     asks: Vec<Ask>,
     /// The attempt's key in the coordinator's in-flight spend.
     key: u64,
+    /// Its log directory relative to the run's (`logs/<task>`), once a turn's output was kept.
+    log: Option<String>,
 }
 
 impl Ctx {
@@ -132,6 +134,7 @@ impl Report {
             session: None,
             asks: Vec::new(),
             key: 0,
+            log: None,
         }
     }
 }
@@ -200,6 +203,8 @@ struct Ctx {
     task_env: crate::taskenv::TaskEnv,
     /// The run's declared secrets, masked in everything a task's process wrote.
     masker: crate::taskenv::Masker,
+    /// Each turn's stdout and stderr, kept for the operator.
+    logs: crate::tasklog::Logs,
     goal: Option<String>,
     /// `--harness` / `--model`: above every task's own setting.
     launch_harness: Option<String>,
@@ -495,6 +500,7 @@ pub async fn execute(
         sandboxes: adm.sandboxes.clone(),
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
+        logs: crate::tasklog::Logs::new(&run_dir),
         agent_env: agent
             .env
             .iter()
@@ -1396,6 +1402,7 @@ fn report_row(name: String, report: Report) -> TaskResult {
         transport: report.transport,
         repairs: report.repairs,
         session: report.session,
+        log: report.log,
     }
 }
 

@@ -23,6 +23,7 @@ pub mod state;
 pub mod taskenv;
 mod taskfiles;
 mod taskio;
+mod tasklog;
 
 use crucible_pack::LoadedManifest;
 use crucible_plan::wire::TaskResult;

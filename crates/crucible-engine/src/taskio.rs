@@ -80,10 +80,13 @@ fn read_result(stdout: &[u8]) -> Result<Value, String> {
                 "the output nests deeper than the bound of {MAX_OUTPUT_DEPTH} levels"
             ))
         }
-        Err(_) => return Err("last stdout line is not JSON".into()),
+        Err(_) => return Err(format!("last stdout line is not JSON: {}", shown(&line))),
     };
     if !value.is_object() {
-        return Err("last stdout line is not a JSON object".into());
+        return Err(format!(
+            "last stdout line is not a JSON object: {}",
+            shown(&line)
+        ));
     }
     let depth = json_depth(&value);
     if depth > MAX_OUTPUT_DEPTH {
@@ -92,6 +95,17 @@ fn read_result(stdout: &[u8]) -> Result<Value, String> {
         ));
     }
     Ok(value)
+}
+
+/// The most of an offending line a note quotes.
+const SHOWN_MAX: usize = 200;
+
+/// An offending output line as a note quotes it: quoted, control characters escaped, cut to
+/// [`SHOWN_MAX`] characters (the whole line is in the attempt's log).
+fn shown(line: &str) -> String {
+    let cut: String = line.chars().take(SHOWN_MAX).collect();
+    let more = if cut.len() < line.len() { "…" } else { "" };
+    format!("{cut:?}{more}")
 }
 
 fn own_note(output: Option<&Value>) -> Option<String> {
@@ -323,7 +337,24 @@ mod tests {
             grade_exit(&cmd(), Some(0), b"{}\nhello\n\n", b"")
                 .note
                 .as_deref(),
-            Some("last stdout line is not JSON")
+            Some("last stdout line is not JSON: \"hello\"")
+        );
+        // The offending line is quoted escaped and cut; its whole text is in the log.
+        let long = format!("\x1b[2J{}\n", "y".repeat(300));
+        let note = grade_exit(&cmd(), Some(0), long.as_bytes(), b"")
+            .note
+            .unwrap();
+        assert!(
+            note.starts_with("last stdout line is not JSON: \"\\u{1b}[2Jyyy"),
+            "{note}"
+        );
+        assert!(
+            note.ends_with("yyy\"…") && note.chars().count() < 260,
+            "{note}"
+        );
+        assert_eq!(
+            grade_exit(&cmd(), Some(0), b"[1]\n", b"").note.as_deref(),
+            Some("last stdout line is not a JSON object: \"[1]\"")
         );
         let g = grade_exit(&cmd(), Some(0), b"log\n{\"a\":1}\n  \n", b"");
         assert_eq!(g.status, Status::Pass);

@@ -172,6 +172,10 @@ pub struct TaskResult {
     /// The `session()` an agent task's turns continued (none: absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionTurns>,
+    /// The directory, relative to the run's, where each of its turns' stdout and stderr are
+    /// kept (`logs/<task>`); absent when no process ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 /// What an agent task did to its `session()`'s conversation (RFC-0002:C-REVISE-LOOP): whether it
@@ -233,6 +237,7 @@ impl TaskResult {
             transport: None,
             repairs: Vec::new(),
             session: None,
+            log: None,
         }
     }
 }

@@ -187,6 +187,7 @@ pub(super) async fn run(
                 match proc::run(&spawn, deadline, abort.clone(), None).await {
                     Err(e) => Some(TurnError::Spawn(e)),
                     Ok(f) => {
+                        keep_log(ctx, &stem, None, &f, &mut report);
                         report.graded = graded_turn(ctx, task, f, &mut report);
                         None
                     }
@@ -210,7 +211,7 @@ pub(super) async fn run(
                 };
                 match agent_turn(
                     ctx,
-                    task,
+                    (task, &stem, None),
                     harness.as_ref(),
                     &turn,
                     deadline,
@@ -286,7 +287,7 @@ pub(super) async fn run(
             };
             let ran = agent_turn(
                 ctx,
-                task,
+                (task, &stem, Some(round)),
                 harness.as_ref(),
                 &turn,
                 deadline,
@@ -530,6 +531,20 @@ fn graded_turn(ctx: &Ctx, task: &Task, f: proc::Finished, report: &mut Report) -
     }
 }
 
+/// Keeps a turn's stdout and stderr in the task's log directory (the attempt's turn, or its
+/// repair turn `repair`), and names the directory on the report.
+fn keep_log(ctx: &Ctx, stem: &str, repair: Option<u32>, f: &proc::Finished, report: &mut Report) {
+    let turn = crate::tasklog::turn_name(report.attempts, repair);
+    let streams = crate::tasklog::Streams {
+        stdout: &f.stdout,
+        stderr: &f.stderr,
+    };
+    report.log = ctx
+        .logs
+        .keep(stem, &turn, streams, &ctx.masker)
+        .or(report.log.take());
+}
+
 /// Why an agent turn is a transport failure of its attempt.
 enum TurnError {
     /// Its process could not be started.
@@ -543,7 +558,7 @@ enum TurnError {
 /// turn is part of, recorded as its session's when it has one.
 async fn agent_turn(
     ctx: &Ctx,
-    task: &Task,
+    (task, stem, repair): (&Task, &str, Option<u32>),
     harness: &dyn Harness,
     turn: &Turn<'_>,
     deadline: Deadline,
@@ -579,6 +594,7 @@ async fn agent_turn(
         read
     );
     let f = ran.map_err(TurnError::Spawn)?;
+    keep_log(ctx, stem, repair, &f, report);
     let conversation = match f.ended {
         Ended::Exited(status) => {
             let outcome = harness.finish(turn, progress, status.code());
