@@ -15,6 +15,16 @@ fn last_turn_files(run_dir: &Path, row: &TaskResult) -> Option<[PathBuf; 2]> {
     Some(["stderr", "stdout"].map(|ext| dir.join(format!("{turn}.{ext}"))))
 }
 
+/// The most of one log line an excerpt shows: an agent's stream is one long JSON line per event.
+const LINE_MAX: usize = 240;
+
+/// `line` cut to [`LINE_MAX`] characters, escaped.
+fn excerpt_line(line: &str) -> String {
+    let cut: String = line.chars().take(LINE_MAX).collect();
+    let more = if cut.len() < line.len() { "…" } else { "" };
+    format!("    │ {}{more}", escape(&cut))
+}
+
 /// The last `n` non-empty lines of `text`.
 fn last_lines(text: &str, n: usize) -> Vec<&str> {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -40,7 +50,7 @@ pub fn failure_excerpt(run_dir: &Path, row: &TaskResult) -> Vec<String> {
                 lines.len(),
                 escape(&file.display().to_string())
             ));
-            out.extend(lines.iter().map(|l| format!("    │ {}", escape(l))));
+            out.extend(lines.iter().map(|l| excerpt_line(l)));
         }
         None => out.push(format!(
             "    log: {} (no output)",
