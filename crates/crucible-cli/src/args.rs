@@ -22,8 +22,10 @@ pub enum Command {
     /// Compile, inspect and run plans.
     #[command(subcommand)]
     Plan(Box<PlanCommand>),
-    /// List the runs in a state directory.
+    /// List the runs of a pack (or a state directory), or show one with `runs show RUN`.
     Runs(RunsArgs),
+    /// Print the kept stdout and stderr of a run's tasks (all of them, or one).
+    Logs(LogsArgs),
     /// Pack utilities.
     #[command(subcommand)]
     Pack(PackCommand),
@@ -180,18 +182,59 @@ pub struct RunArgs {
 pub struct RerunArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// The finished run to reuse results from.
+    /// The finished run to reuse results from: a run id, a unique prefix of one, or `latest`.
     #[arg(long)]
     pub parent: String,
-    /// A main-graph task to run again, with everything downstream (repeatable).
-    #[arg(long = "select", required = true)]
+    /// A main-graph task to run again, with everything downstream (repeatable). Without it,
+    /// the rerun runs again what the parent did not pass (and the epilogue).
+    #[arg(long = "select")]
     pub select: Vec<String>,
+}
+
+/// Where a command finds runs: `--state-dir`, else `state` beside the manifest, as `plan run`
+/// writes them.
+#[derive(Args, Debug)]
+pub struct StateAt {
+    /// The manifest whose runs to read (they are in `state/` beside it).
+    #[arg(long, default_value = "crucible.toml", global = true)]
+    pub manifest: PathBuf,
+    /// The state directory to read instead (default: `state` beside the manifest).
+    #[arg(long = "state-dir", global = true)]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub struct RunsArgs {
-    #[arg(long = "state-dir", default_value = "state")]
-    pub state_dir: PathBuf,
+    #[command(subcommand)]
+    pub command: Option<RunsCommand>,
+    #[command(flatten)]
+    pub at: StateAt,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RunsCommand {
+    /// One run: every task's status, instance or round, attempts, duration, spend, note and
+    /// log; the ceilings and the outcome.
+    Show(RunShowArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunShowArgs {
+    /// A run id, a unique prefix of one, or `latest`.
+    pub run: String,
+}
+
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    /// A run id, a unique prefix of one, or `latest`.
+    pub run: String,
+    /// Only this task (its instances and rounds included).
+    pub task: Option<String>,
+    /// On a running run, go on printing each task's log as it settles, until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub at: StateAt,
 }
 
 #[derive(Args, Debug)]

@@ -32,7 +32,8 @@ fn main() -> ExitCode {
             PlanCommand::Rerun(a) => run::plan_rerun(&a),
         },
         Command::Check(a) => compile::check(&a),
-        Command::Runs(a) => run::runs(&a),
+        Command::Runs(a) => inspect::runs(&a),
+        Command::Logs(a) => inspect::logs(&a),
         Command::Pack(PackCommand::Digest(a)) => compile::pack_digest(&a),
     };
     match result {

@@ -1,6 +1,6 @@
-//! `plan run`, `plan rerun`, `runs`.
+//! `plan run` and `plan rerun`.
 
-use crate::args::{RerunArgs, RunArgs, RunsArgs};
+use crate::args::{RerunArgs, RunArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_agent::inference::{self, Inference, INFERENCE_ENV};
 use crucible_dsl::settings;
@@ -99,6 +99,16 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         Some(d) => std::path::absolute(d).with_context(|| format!("{}", d.display()))?,
         None => manifest.dir.join("state"),
     };
+    // The parent may be named as any run id is: `latest`, or a unique prefix.
+    let launch = match launch {
+        Launch::Rerun { parent, select } => Launch::Rerun {
+            parent: crate::inspect::resolve(&state_dir, &parent)
+                .map(|(id, _)| id)
+                .with_context(|| format!("cannot rerun from run {}", escape(&parent)))?,
+            select,
+        },
+        other => other,
+    };
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -194,43 +204,17 @@ async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
     }
 }
 
-pub fn runs(args: &RunsArgs) -> Result<ExitCode> {
-    let runs = crucible_engine::state::list_runs(&args.state_dir)
-        .with_context(|| format!("cannot read {}", args.state_dir.display()))?;
-    if runs.is_empty() {
-        println!(
-            "no runs in {}",
-            escape(&args.state_dir.display().to_string())
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{:<36}  {:<24}  {:<9}  {:<8}  spent",
-        "run", "started", "outcome", "verdict"
-    );
-    for r in runs {
-        println!(
-            "{:<36}  {:<24}  {:<9}  {:<8}  {}",
-            escape(&r.id),
-            escape(&r.started_at),
-            escape(r.outcome.as_deref().unwrap_or("-")),
-            escape(r.verdict.as_deref().unwrap_or("-")),
-            r.spent_usd.map_or("-".to_string(), |s| format!("${s:.2}")),
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 /// One settled row as a line of the summary and the live view: the task name (an `over` item
 /// key is a task's output), note and refusal are a task's text, so each is escaped.
-fn row_line(name: &str, row: Option<&TaskResult>) -> String {
+fn row_line(name: &str, row: Option<&TaskResult>, parts: &crate::inspect::Parts) -> String {
     let Some(r) = row else {
         return format!("{} unsettled (never dispatched)", escape(name));
     };
     let mut line = format!(
-        "{} {} attempts={} cost=${:.2} secs={:.2}",
+        "{} {} {}attempts={} cost=${:.2} secs={:.2}",
         escape(&r.task),
         r.status,
+        parts.label(&r.task),
         r.attempts,
         r.cost_usd,
         r.secs
@@ -250,8 +234,9 @@ fn row_line(name: &str, row: Option<&TaskResult>) -> String {
 fn print_summary(s: &RunSummary) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out);
+    let parts = crate::inspect::Parts::of(&crucible_engine::state::read_log(&s.run_dir));
     for (name, row) in &s.rows {
-        let _ = writeln!(out, "{}", row_line(name, row.as_ref()));
+        let _ = writeln!(out, "{}", row_line(name, row.as_ref(), &parts));
         if let Some(r) = row.as_ref().filter(|r| !r.status.is_pass()) {
             for line in crate::inspect::failure_excerpt(&s.run_dir, r) {
                 let _ = writeln!(out, "{line}");
@@ -283,6 +268,13 @@ fn print_summary(s: &RunSummary) {
     }
     let _ = writeln!(out, "run: {}", escape(&s.run_id));
     let _ = writeln!(out, "verdict: {}", s.verdict);
+    if s.verdict != Verdict::Valid {
+        let _ = writeln!(
+            out,
+            "next: `crucible runs show latest` and `crucible logs latest TASK` say what happened; \
+             `crucible plan rerun --parent latest --max-cost USD --max-time DUR` runs again what did not pass"
+        );
+    }
 }
 
 /// Plain, stable lines for a pipe or a file.
@@ -390,7 +382,11 @@ impl Observer for Live {
         self.running.retain(|(n, _)| n != &row.task);
         let mut out = std::io::stdout().lock();
         self.clear(&mut out);
-        let _ = writeln!(out, "{}", row_line(&row.task, Some(row)));
+        let _ = writeln!(
+            out,
+            "{}",
+            row_line(&row.task, Some(row), &crate::inspect::Parts::default())
+        );
         self.draw(&mut out);
     }
     fn tick_interval(&self) -> Option<Duration> {

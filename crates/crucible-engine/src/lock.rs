@@ -94,6 +94,18 @@ fn in_use(state_dir: &Path, file: &mut File) -> RunError {
     ))
 }
 
+/// Whether an engine holds the state directory's lock now: its current run is running.
+pub fn engine_running(state_dir: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(state_dir.join(LOCK_FILE)) else {
+        return false;
+    };
+    // A shared probe: it fails only while an engine holds the lock exclusively.
+    matches!(
+        flock(&file, FlockOperation::NonBlockingLockShared),
+        Err(Errno::WOULDBLOCK)
+    )
+}
+
 /// Refuses when the workspace was built by a run of another state directory whose engine is
 /// still running: it would be rebuilt under that engine's tasks.
 pub fn check_workspace(ws: &Path, state_dir: &Path) -> Result<(), RunError> {
@@ -107,20 +119,17 @@ pub fn check_workspace(ws: &Path, state_dir: &Path) -> Result<(), RunError> {
     if same {
         return Ok(());
     }
+    if !engine_running(&other) {
+        return Ok(());
+    }
     let Ok(mut file) = std::fs::File::open(other.join(LOCK_FILE)) else {
         return Ok(());
     };
-    // A shared probe: it fails only while an engine holds the lock exclusively.
-    match flock(&file, FlockOperation::NonBlockingLockShared) {
-        Err(Errno::WOULDBLOCK) => {
-            let RunError { message, .. } = in_use(&other, &mut file);
-            Err(RunError::refused(format!(
-                "the workspace {} belongs to another state directory: {message}",
-                ws.display()
-            )))
-        }
-        _ => Ok(()),
-    }
+    let RunError { message, .. } = in_use(&other, &mut file);
+    Err(RunError::refused(format!(
+        "the workspace {} belongs to another state directory: {message}",
+        ws.display()
+    )))
 }
 
 /// The state directory of the run whose git memory the workspace's `.git` link names

@@ -77,21 +77,78 @@ pub fn write_current(state: &Path, id: &str) -> io::Result<()> {
     write_atomic(&state.join("current"), format!("{id}\n").as_bytes())
 }
 
+/// Where a run is: running, crashed (its engine died before the shutdown line), or ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunState {
+    /// Its engine holds the state directory now.
+    Running,
+    /// No shutdown line and no engine: `resumable` when it is the most recent run, the only
+    /// one `plan run --resume` continues.
+    Crashed {
+        resumable: bool,
+    },
+    Ended(crucible_plan::wire::Shutdown),
+}
+
+impl RunState {
+    /// The status column of `crucible runs`: `running`, `crashed (resumable)`, `crashed`, or
+    /// the shutdown outcome.
+    pub fn label(&self) -> String {
+        match self {
+            RunState::Running => "running".into(),
+            RunState::Crashed { resumable: true } => "crashed (resumable)".into(),
+            RunState::Crashed { resumable: false } => "crashed".into(),
+            RunState::Ended(s) => s.outcome.as_str().into(),
+        }
+    }
+}
+
 /// One line of `crucible runs`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunListing {
     pub id: String,
     pub started_at: String,
-    /// `None` while running, or when the process died before its shutdown line.
-    pub outcome: Option<String>,
-    pub verdict: Option<String>,
-    pub spent_usd: Option<f64>,
+    pub state: RunState,
 }
 
-/// Every run in a state directory, oldest first.
-pub fn list_runs(state: &Path) -> io::Result<Vec<RunListing>> {
-    let dir = runs_dir(state);
-    let mut ids: Vec<String> = match std::fs::read_dir(&dir) {
+/// The id in `current`: the most recent run.
+pub fn current(state: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(state.join("current")).ok()?;
+    let id = text.trim();
+    is_run_id(id).then(|| id.to_string())
+}
+
+/// The run `spec` names in `state`: `latest` (the most recent run), a whole run id, or a prefix
+/// of exactly one run's id. The error says what matched instead.
+pub fn resolve_run(state: &Path, spec: &str) -> Result<String, String> {
+    let ids = run_ids(state).map_err(|e| format!("cannot read {}: {e}", state.display()))?;
+    if spec == "latest" {
+        return current(state)
+            .or_else(|| ids.last().cloned())
+            .ok_or_else(|| format!("no runs in {}", state.display()));
+    }
+    let matching: Vec<&String> = ids.iter().filter(|id| id.starts_with(spec)).collect();
+    match matching.as_slice() {
+        [one] if !spec.is_empty() => Ok(one.to_string()),
+        [] | [_] => Err(format!(
+            "no such run: {spec:?} names no run in {} (give a run id, a unique prefix of one, or `latest`)",
+            state.display()
+        )),
+        many => Err(format!(
+            "{spec:?} is the start of {} runs ({}…): give more of the id",
+            many.len(),
+            many.iter()
+                .take(3)
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The run ids in `runs/`, oldest first.
+fn run_ids(state: &Path) -> io::Result<Vec<String>> {
+    let mut ids: Vec<String> = match std::fs::read_dir(runs_dir(state)) {
         Ok(rd) => rd
             .flatten()
             .filter(|e| e.path().is_dir())
@@ -102,30 +159,54 @@ pub fn list_runs(state: &Path) -> io::Result<Vec<RunListing>> {
         Err(e) => return Err(e),
     };
     ids.sort();
+    Ok(ids)
+}
+
+/// Every run in a state directory, oldest first.
+pub fn list_runs(state: &Path) -> io::Result<Vec<RunListing>> {
+    let current = current(state);
+    let running = crate::lock::engine_running(state);
     let mut out = Vec::new();
-    for id in ids {
-        let run_dir = dir.join(&id);
-        let started_at = std::fs::read_to_string(run_dir.join("run.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<RunJson>(&t).ok())
+    for id in run_ids(state)? {
+        let run_dir = runs_dir(state).join(&id);
+        let started_at = read_run_json(&run_dir)
             .map(|r| r.started_at)
             .unwrap_or_default();
-        let log = std::fs::read_to_string(run_dir.join("session.jsonl")).unwrap_or_default();
-        let shutdown = decode_log(&log).ok().and_then(|lines| {
-            lines.into_iter().rev().find_map(|l| match l.event {
-                Event::Shutdown(s) => Some(s),
-                _ => None,
-            })
-        });
+        let latest = current.as_deref() == Some(id.as_str());
+        let state = match read_shutdown(&run_dir) {
+            Some(s) => RunState::Ended(s),
+            None if latest && running => RunState::Running,
+            None => RunState::Crashed { resumable: latest },
+        };
         out.push(RunListing {
             id,
             started_at,
-            outcome: shutdown.as_ref().map(|s| s.outcome.as_str().to_string()),
-            verdict: shutdown.as_ref().map(|s| s.verdict.as_str().to_string()),
-            spent_usd: shutdown.as_ref().map(|s| s.spent_usd),
+            state,
         });
     }
     Ok(out)
+}
+
+/// A run's `run.json`, when it can be read.
+pub fn read_run_json(run_dir: &Path) -> Option<RunJson> {
+    let text = std::fs::read_to_string(run_dir.join("run.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// A run's session log as the engine wrote it (an unreadable log reads as empty).
+pub fn read_log(run_dir: &Path) -> Vec<crucible_plan::wire::Line> {
+    let log = std::fs::read_to_string(run_dir.join("session.jsonl")).unwrap_or_default();
+    decode_log(&log).unwrap_or_default()
+}
+
+fn read_shutdown(run_dir: &Path) -> Option<crucible_plan::wire::Shutdown> {
+    read_log(run_dir)
+        .into_iter()
+        .rev()
+        .find_map(|l| match l.event {
+            Event::Shutdown(s) => Some(s),
+            _ => None,
+        })
 }
 
 #[cfg(test)]
