@@ -5,7 +5,6 @@
 //! labelled; the epilogue is drawn apart, below the main graph.
 
 use anyhow::{anyhow, Context, Result};
-use crucible_engine::state::{list_runs, run_dir};
 use crucible_plan::wire::{decode_log, Event};
 use crucible_plan::{Join, Plan, Status, Task, TaskKind};
 use layout::backends::svg::SVGWriter;
@@ -314,18 +313,9 @@ impl RenderBackend for Shifted<'_> {
 }
 
 /// The statuses of a run's tasks, from its session log in the state directory: `run` is a run
-/// id or `latest` (the newest run).
+/// id, a unique prefix of one, or `latest` (the most recent run).
 pub fn run_statuses(state_dir: &Path, run: &str) -> Result<BTreeMap<String, Status>> {
-    let id = if run == "latest" {
-        let runs =
-            list_runs(state_dir).with_context(|| format!("cannot read {}", state_dir.display()))?;
-        runs.last()
-            .map(|r| r.id.clone())
-            .ok_or_else(|| anyhow!("no runs in {}", state_dir.display()))?
-    } else {
-        run.to_string()
-    };
-    let dir = run_dir(state_dir, &id).map_err(|e| anyhow!(e))?;
+    let (id, dir) = crate::inspect::resolve(state_dir, run)?;
     let log_path = dir.join("session.jsonl");
     let text = std::fs::read_to_string(&log_path)
         .with_context(|| format!("no run {id} in {}", state_dir.display()))?;
