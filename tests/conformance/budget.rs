@@ -13,6 +13,14 @@ fn missing_ceilings_are_refused_before_dispatch() {
         assert_eq!(r.code, 1, "{r:?}");
         assert!(r.stderr.contains("is required"), "{}", r.stderr);
     }
+    // Issue 19: both missing are reported at once.
+    let r = p.run(&["--no-max-cost", "--no-max-time"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("--max-cost and --max-time are required"),
+        "{}",
+        r.stderr
+    );
     assert!(!p.probe().join("ran").exists());
     assert!(
         !p.state().join("runs").exists()

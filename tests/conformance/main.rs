@@ -14,6 +14,7 @@ mod agents_pi;
 mod asks;
 mod budget;
 mod caps;
+mod cli;
 mod compile_bombs;
 mod conformance_map;
 mod example_branching;

@@ -135,7 +135,7 @@ fn current_naming_a_path_outside_runs_is_refused() {
     .collect();
     let r = p.command(&rerun).run();
     assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.stderr.contains("not a run id"), "{}", r.stderr);
+    assert!(r.stderr.contains("no such run"), "{}", r.stderr);
 }
 
 #[test]

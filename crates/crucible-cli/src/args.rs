@@ -3,11 +3,40 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+const HELP_FOOTER: &str = "\
+Examples:
+  crucible check --manifest examples/playbook/crucible.toml
+  crucible plan run --manifest examples/playbook/crucible.toml --max-cost 1 --max-time 5m
+  crucible runs show latest
+  crucible logs latest TASK
+
+Exit codes: 0 ok (a run's verdict is valid); 1 findings, or refused before any dispatch;
+2 a bad command line; 3 a run whose verdict is not valid.";
+
+const RUN_FOOTER: &str = "\
+Both ceilings are required. Durations: 90s, 10m, 1.5m, 2h, 1h30m.
+
+Examples:
+  crucible plan run --max-cost 1 --max-time 5m
+  crucible plan run --manifest pack/crucible.toml --max-cost 0.5 --max-time 1h30m --param topic=slag
+  crucible plan run --max-cost 1 --max-time 5m --resume
+
+Exit codes: 0 the verdict is valid; 3 the run ended with any other verdict; 1 refused before
+any dispatch (compile error, missing ceiling, refused setting, bad resume); 2 a bad command line.";
+
+const RERUN_FOOTER: &str = "\
+Examples:
+  crucible plan rerun --parent latest --max-cost 1 --max-time 5m
+  crucible plan rerun --parent 01a2 --select build --max-cost 1 --max-time 5m
+
+Exit codes: as `plan run`: 0 valid; 3 any other verdict; 1 refused; 2 a bad command line.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "crucible",
     version,
-    about = "Run playbooks: static agent workflows, once, under ceilings."
+    about = "Run playbooks: static agent workflows, once, under ceilings.",
+    after_help = HELP_FOOTER
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -40,8 +69,10 @@ pub enum PlanCommand {
     /// Tasks, edges, truncation verdict, ceilings and deadlines, or mermaid source.
     Show(ShowArgs),
     /// Run a playbook once.
+    #[command(after_help = RUN_FOOTER)]
     Run(RunArgs),
     /// A new run that reuses the parent's results outside the selection.
+    #[command(after_help = RERUN_FOOTER)]
     Rerun(RerunArgs),
 }
 
@@ -53,6 +84,7 @@ pub enum PackCommand {
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    /// The pack's manifest.
     #[arg(long, default_value = "crucible.toml")]
     pub manifest: PathBuf,
     /// A parameter value (`name=value`) or launch setting (`task.model=…`).
@@ -86,19 +118,23 @@ pub enum Format {
 
 #[derive(Args, Debug)]
 pub struct CompileArgs {
+    /// The workflow source (`workflow.star`) to compile.
     #[arg(long)]
     pub file: PathBuf,
     /// Checks launch settings against this manifest's [agent.overrides] and applies its defaults.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
+    /// A parameter value (`name=value`) or launch setting (`task.model=…`).
     #[arg(long = "param", value_name = "K=V")]
     pub params: Vec<String>,
+    /// The output format.
     #[arg(long, value_enum, default_value = "json")]
     pub format: Format,
 }
 
 #[derive(Args, Debug)]
 pub struct ParamsArgs {
+    /// The workflow source whose params block to print.
     #[arg(long)]
     pub file: PathBuf,
 }
@@ -106,12 +142,16 @@ pub struct ParamsArgs {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["manifest", "file"])))]
 pub struct ShowArgs {
+    /// The pack's manifest: compile its graph with its defaults.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
+    /// A workflow source to show without a manifest.
     #[arg(long)]
     pub file: Option<PathBuf>,
+    /// A parameter value (`name=value`) or launch setting (`task.model=…`).
     #[arg(long = "param", value_name = "K=V")]
     pub params: Vec<String>,
+    /// A capability the substrate provides (repeatable).
     #[arg(long = "cap", value_name = "CAP")]
     pub caps: Vec<String>,
     /// The agent stand-in `plan run --agent-cmd` would be given (admission reads it).
@@ -136,16 +176,19 @@ pub enum PictureFormat {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The pack's manifest; the run's state goes in `state/` beside it.
     #[arg(long, default_value = "crucible.toml")]
     pub manifest: PathBuf,
-    /// The cost ceiling in USD (required).
-    #[arg(long = "max-cost", value_name = "USD")]
+    /// Required: the cost ceiling in USD (0 for a run that may spend nothing).
+    #[arg(long = "max-cost", value_name = "USD", value_parser = cost)]
     pub max_cost: Option<f64>,
-    /// The wall-clock ceiling, as 90s, 10m or 2h (required).
-    #[arg(long = "max-time", value_name = "DUR")]
-    pub max_time: Option<String>,
+    /// Required: the wall-clock ceiling, as 90s, 10m, 1.5m, 2h or 1h30m.
+    #[arg(long = "max-time", value_name = "DUR", value_parser = duration)]
+    pub max_time: Option<u64>,
+    /// A parameter value (`name=value`) or launch setting (`task.model=…`); repeatable.
     #[arg(long = "param", value_name = "K=V")]
     pub params: Vec<String>,
+    /// A capability the substrate provides (repeatable).
     #[arg(long = "cap", value_name = "CAP")]
     pub caps: Vec<String>,
     /// Default: `<manifest dir>/state`.
@@ -154,8 +197,8 @@ pub struct RunArgs {
     /// Continue the most recent run from its session log.
     #[arg(long)]
     pub resume: bool,
-    /// Isolated tasks run concurrently up to this many (default: CPU count).
-    #[arg(long)]
+    /// Isolated tasks run concurrently up to this many, at least 1 (default: CPU count).
+    #[arg(long, value_parser = jobs)]
     pub jobs: Option<usize>,
     /// Run tasks unsandboxed, as the engine's own user (the default runs every attempt under
     /// bubblewrap; docs/security.md).
@@ -168,8 +211,10 @@ pub struct RunArgs {
     /// rather than ignored (RFC-0002:C-PLAYBOOK-LANE).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub iterations: u32,
+    /// The harness agent turns run on (claude, codex, pi), above every task's own.
     #[arg(long)]
     pub harness: Option<String>,
+    /// The model agent turns use, above every task's own.
     #[arg(long)]
     pub model: Option<String>,
     /// The run-total bound on captured declared files, as 200M or 1G (default:
@@ -239,5 +284,55 @@ pub struct LogsArgs {
 
 #[derive(Args, Debug)]
 pub struct DigestArgs {
+    /// The pack directory.
     pub dir: PathBuf,
+}
+
+// Values of the launch flags, parsed by clap so that a bad one always exits 2 with clap's
+// wording: `error: invalid value 'X' for '--flag <V>': <why>`.
+
+fn cost(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|c| c.is_finite() && *c >= 0.0)
+        .ok_or_else(|| {
+            format!("`{text}` is not a cost: give a non-negative number of USD, as 2 or 0.5")
+        })
+}
+
+fn duration(text: &str) -> Result<u64, String> {
+    crucible_plan::duration::parse(text)
+}
+
+fn jobs(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("`{text}` is not a number of jobs: give a whole number, 1 or more"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every subcommand says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "crucible", &mut missing);
+        assert!(missing.is_empty(), "no help: {missing:?}");
+    }
 }

@@ -91,10 +91,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
             settings::HARNESSES.join(", ")
         );
     }
-    let max_secs = match &args.max_time {
-        Some(t) => Some(crucible_plan::duration::parse(t).map_err(|e| anyhow!("--max-time: {e}"))?),
-        None => None,
-    };
+    let max_secs = args.max_time;
     let state_dir = match &args.state_dir {
         Some(d) => std::path::absolute(d).with_context(|| format!("{}", d.display()))?,
         None => manifest.dir.join("state"),

@@ -315,11 +315,11 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
     let refuse = |m: String| Err(RunError::refused(m));
     let plan = &req.plan;
     // RFC-0002:C-PLAYBOOK-BUDGET: both ceilings, from the launch, before anything else.
-    let Some(max_cost) = req.max_cost else {
-        return refuse("--max-cost is required: a playbook runs only under a cost ceiling (RFC-0002:C-PLAYBOOK-BUDGET)".into());
-    };
-    let Some(max_secs) = req.max_secs else {
-        return refuse("--max-time is required: a playbook runs only under a wall-clock ceiling (RFC-0002:C-PLAYBOOK-BUDGET)".into());
+    let (max_cost, max_secs) = match (req.max_cost, req.max_secs) {
+        (Some(c), Some(s)) => (c, s),
+        (None, None) => return refuse("--max-cost and --max-time are required: a playbook runs only under a cost ceiling and a wall-clock ceiling (RFC-0002:C-PLAYBOOK-BUDGET)".into()),
+        (None, Some(_)) => return refuse("--max-cost is required: a playbook runs only under a cost ceiling (RFC-0002:C-PLAYBOOK-BUDGET)".into()),
+        (Some(_), None) => return refuse("--max-time is required: a playbook runs only under a wall-clock ceiling (RFC-0002:C-PLAYBOOK-BUDGET)".into()),
     };
     if !max_cost.is_finite() || max_cost < 0.0 {
         return refuse(format!(

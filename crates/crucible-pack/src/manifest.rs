@@ -327,8 +327,11 @@ impl LoadedManifest {
             ));
         };
         let ty = WorkflowType::parse(&wf.workflow_type).ok_or_else(|| {
+            let known = WorkflowType::ALL.iter().map(|t| t.as_str());
+            let hint = crucible_plan::validate::did_you_mean(&wf.workflow_type, known)
+                .map_or(String::new(), |t| format!("did you mean {t:?}? "));
             err(format!(
-                "[workflow].type = {:?} is not a workflow type: use \"playbook\", \"custom\" or \"autoresearch\"",
+                "[workflow].type = {:?} is not a workflow type: {hint}use \"playbook\", \"custom\" or \"autoresearch\"",
                 wf.workflow_type
             ))
         })?;
@@ -533,6 +536,10 @@ pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
     };
     if loaded.manifest.repo.is_none() {
         if let Some(wf) = &loaded.manifest.workflow {
+            if WorkflowType::parse(&wf.workflow_type).is_none() {
+                // An unknown type is named as such, with its likely spelling, before this rule.
+                loaded.workflow_type()?;
+            }
             if wf.workflow_type != "playbook" {
                 return Err(err(
                     "[repo] may be omitted only when [workflow].type = \"playbook\"".into(),
