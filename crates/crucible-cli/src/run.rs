@@ -263,8 +263,6 @@ fn print_summary(s: &RunSummary) {
             s.reused_usd
         );
     }
-    let _ = writeln!(out, "run: {}", escape(&s.run_id));
-    let _ = writeln!(out, "verdict: {}", s.verdict);
     if s.verdict != Verdict::Valid {
         let _ = writeln!(
             out,
@@ -272,6 +270,8 @@ fn print_summary(s: &RunSummary) {
              `crucible plan rerun --parent latest --max-cost USD --max-time DUR` runs again what did not pass"
         );
     }
+    let _ = writeln!(out, "run: {}", escape(&s.run_id));
+    let _ = writeln!(out, "verdict: {}", s.verdict);
 }
 
 /// Plain, stable lines for a pipe or a file.
