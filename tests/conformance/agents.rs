@@ -481,3 +481,52 @@ fn effort_reaches_the_model(cli: &Cli) {
     assert!(low.iter().all(|e| e == "low"), "{}: {low:?}", cli.name);
     assert!(plain.iter().all(|e| e != "low"), "{}: {plain:?}", cli.name);
 }
+
+/// RFC-0002:C-PLAYBOOK-BUDGET, C-PLAYBOOK-PARAMS: a task naming its own model runs on it at the
+/// binding's endpoint and is charged that model's price from the run's price table, not the
+/// binding's model's (for a harness priced by the table: codex, pi).
+pub fn spend_is_priced_by_the_tasks_model(cli: &Cli) {
+    let cheap = Cli {
+        model: "scripted-cheap",
+        price: (0.5, 1.0),
+        ..*cli
+    };
+    let model = ModelDouble::start();
+    let script = json!({"write": {"PLAN_TASK_RESULT.json": "{}"}});
+    let wf = format!(
+        "{}{}workflow([dear, cheap])\n",
+        agent("dear", &scripted("Dear.", script.clone()), ""),
+        agent(
+            "cheap",
+            &scripted("Cheap.", script),
+            &format!(", model = {:?}", cheap.model)
+        ),
+    );
+    let prices = format!(
+        "[agent.prices.{:?}]\ninput = {}\noutput = {}\n",
+        cheap.model, cheap.price.0, cheap.price.1
+    );
+    let Some(p) = cli.pack_with(&wf, "", &prices) else {
+        return;
+    };
+    let r = cli.run(&p, &model, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let calls = model.scripted_calls();
+    let on = |m: &str| calls.iter().filter(|c| c.body["model"] == m).count() as f64;
+    let (dear_calls, cheap_calls) = (on(cli.model), on(cheap.model));
+    assert!(
+        dear_calls > 0.0 && cheap_calls > 0.0,
+        "both models called: {calls:?}"
+    );
+    let cost = |t: &str| p.row(t)["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost("dear") - dear_calls * cli.call_cost()).abs() < 1e-9,
+        "{}",
+        cost("dear")
+    );
+    assert!(
+        (cost("cheap") - cheap_calls * cheap.call_cost()).abs() < 1e-9,
+        "{}",
+        cost("cheap")
+    );
+}

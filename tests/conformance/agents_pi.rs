@@ -2,7 +2,7 @@
 //! it reports each model call's cost as the call ends, so a turn's spend reaches the cost
 //! ceiling while the turn still runs. The cases every harness shares are in `agents.rs`.
 
-use crate::agents::{agent, scripted, PI};
+use crate::agents::{agent, scripted, spend_is_priced_by_the_tasks_model, PI};
 use crate::model_double::ModelDouble;
 use serde_json::json;
 
@@ -54,4 +54,11 @@ fn pi_streamed_spend_stops_later_spending_dispatches_mid_run() {
         "blocked while the spender still ran: {order:?}"
     );
     assert!(p.row("spender")["cost_usd"].as_f64().unwrap() > 0.0);
+}
+
+// RFC-0002:C-PLAYBOOK-BUDGET, C-PLAYBOOK-PARAMS: a task's own model reaches the endpoint (pi's
+// provider lists it) and prices the task's spend.
+#[test]
+fn pi_spend_is_priced_by_the_tasks_model() {
+    spend_is_priced_by_the_tasks_model(&PI);
 }

@@ -4,9 +4,9 @@
 //! workspace, `PI_CODING_AGENT_DIR` under the run's state directory.
 //!
 //! - Endpoint: a `crucible` provider in `<dir>/models.json` at the binding's URL, speaking its
-//!   protocol (`chat_completions`, `responses` or `messages`), with the model priced from the
-//!   price table, so pi's own per-call cost is the spend; its retries are off
-//!   (`<dir>/settings.json`), `PI_OFFLINE=1`.
+//!   protocol (`chat_completions`, `responses` or `messages`), listing the binding's model and
+//!   each model a turn runs on, priced from the price table, so pi's own per-call cost is the
+//!   spend; its retries are off (`<dir>/settings.json`), `PI_OFFLINE=1`.
 //! - Stream: line 1 `{"type":"session","id"}`; each assistant `message_end` carries
 //!   `usage.cost.total`, summed as it arrives (spend in flight). pi exits 0 on an API error:
 //!   the last assistant message's `stopReason: "error"` says so.
@@ -15,7 +15,9 @@ use super::{prompt_arg, Harness, Local, Progress, Turn, TurnOutcome};
 use crate::inference::Protocol;
 use crate::spawn::Spawn;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// The environment variable pi reads the endpoint's key from (named in `models.json`).
 const KEY_ENV: &str = "CRUCIBLE_PI_API_KEY";
@@ -24,6 +26,11 @@ pub struct Pi {
     setup: Local,
     /// `PI_CODING_AGENT_DIR`: its config, sessions and logs.
     dir: PathBuf,
+    /// The binding's endpoint as pi's `crucible` provider (`models.json`), without its models;
+    /// `None` without a URL (pi's own default endpoint).
+    provider: Option<Value>,
+    /// The models `models.json` lists so far: the binding's, and each a turn ran on.
+    listed: Mutex<BTreeSet<String>>,
 }
 
 impl Pi {
@@ -31,14 +38,11 @@ impl Pi {
     pub fn new(setup: Local) -> Result<Pi, String> {
         let dir = setup.home.join("pi");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let write = |name: &str, v: Value| {
-            let path = dir.join(name);
-            std::fs::write(&path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))
-        };
-        write(
-            "settings.json",
-            json!({"retry": {"enabled": false, "provider": {"maxRetries": 0}}}),
-        )?;
+        let path = dir.join("settings.json");
+        let settings = json!({"retry": {"enabled": false, "provider": {"maxRetries": 0}}});
+        std::fs::write(&path, settings.to_string())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut provider = None;
         if let Some((b, url)) = (setup.endpoint.as_ref()).and_then(|b| Some((b, b.url.as_ref()?))) {
             let url = url.trim_end_matches('/');
             let (api, base) = match b.protocol {
@@ -49,17 +53,50 @@ impl Pi {
                     return Err(format!("pi cannot speak {:?}", b.protocol))
                 }
             };
-            let price = setup.prices.of(&b.model);
-            let model = json!({"id": b.model, "reasoning": true, "cost": {"input": price.input, "output": price.output,
-                "cacheRead": price.cached_input, "cacheWrite": price.input}});
-            write(
-                "models.json",
-                json!({"providers": {"crucible": {"baseUrl": base, "api": api, "apiKey": KEY_ENV,
-                    "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": true},
-                    "models": [model]}}}),
-            )?;
+            provider = Some(json!({"baseUrl": base, "api": api, "apiKey": KEY_ENV,
+                "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": true}}));
         }
-        Ok(Pi { setup, dir })
+        let pi = Pi {
+            dir,
+            provider,
+            listed: Mutex::default(),
+            setup,
+        };
+        if let Some(b) = &pi.setup.endpoint {
+            pi.list(&b.model)?;
+        }
+        Ok(pi)
+    }
+
+    /// Lists `model` in `models.json` under the `crucible` provider, priced from the price
+    /// table (so pi's own per-call cost is the spend), unless it is listed already.
+    fn list(&self, model: &str) -> Result<(), String> {
+        let Some(provider) = &self.provider else {
+            return Ok(());
+        };
+        let mut listed = self.listed.lock().expect("listed");
+        if !listed.insert(model.to_string()) {
+            return Ok(());
+        }
+        let models: Vec<Value> = (listed.iter())
+            .map(|id| {
+                let p = self.setup.prices.of(id);
+                // Marked as reasoning so that an effort reaches it (`--thinking`).
+                json!({"id": id, "reasoning": true, "cost": {"input": p.input, "output": p.output,
+                    "cacheRead": p.cached_input, "cacheWrite": p.input}})
+            })
+            .collect();
+        let mut provider = provider.clone();
+        provider["models"] = Value::from(models);
+        let config = json!({"providers": {"crucible": provider}}).to_string();
+        // Replaced whole: a pi starting meanwhile reads the old list or the new one.
+        let (path, next) = (
+            self.dir.join("models.json"),
+            self.dir.join("models.json.next"),
+        );
+        std::fs::write(&next, config)
+            .and_then(|()| std::fs::rename(&next, &path))
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 
@@ -71,10 +108,12 @@ impl Harness for Pi {
             "--mode".into(),
             "json".into(),
         ];
-        if let Some(b) = self.setup.endpoint.as_ref().filter(|b| b.url.is_some()) {
-            // The endpoint serves the binding's model only.
+        if let (Some(_), Some(model)) = (&self.provider, self.setup.model(turn)) {
+            // The turn's model at the binding's endpoint; a failure to list it fails the turn
+            // in pi, which says the model is unknown.
+            let _ = self.list(model);
             argv.extend(["--provider".into(), "crucible".into()]);
-            argv.extend(["--model".into(), b.model.clone()]);
+            argv.extend(["--model".into(), model.to_string()]);
         } else if let Some(model) = self.setup.model(turn) {
             argv.extend(["--model".into(), model.to_string()]);
         }
