@@ -238,14 +238,11 @@ fn run_show(state: &Path, spec: &str) -> Result<ExitCode> {
     let _ = writeln!(out);
     match &listing.state {
         RunState::Ended(s) => {
-            let mut outcome = format!("outcome: {}", s.outcome);
-            if let Some(c) = s.ceiling {
-                outcome.push_str(&format!(" ({c})"));
-            }
-            if let Some(r) = &s.reason {
-                outcome.push_str(&format!(": {}", escape(r)));
-            }
-            let _ = writeln!(out, "{outcome}");
+            let _ = writeln!(
+                out,
+                "{}",
+                outcome_line(&s.outcome, s.ceiling, s.reason.as_deref())
+            );
             let _ = writeln!(
                 out,
                 "spent ${:.2}, {:.1}s; verdict: {}",
@@ -339,4 +336,20 @@ pub fn logs(args: &LogsArgs) -> Result<ExitCode> {
         bail!("no settled row of task {:?} in this run", escape(task));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `outcome: <outcome> (<ceiling>): <reason>`, the line `plan run` and `runs show` both end on.
+pub fn outcome_line(
+    outcome: &impl std::fmt::Display,
+    ceiling: Option<impl std::fmt::Display>,
+    reason: Option<&str>,
+) -> String {
+    let mut line = format!("outcome: {outcome}");
+    if let Some(c) = ceiling {
+        line.push_str(&format!(" ({c})"));
+    }
+    if let Some(r) = reason {
+        line.push_str(&format!(": {}", escape(r)));
+    }
+    line
 }

@@ -240,14 +240,11 @@ fn print_summary(s: &RunSummary) {
             }
         }
     }
-    let mut outcome = format!("outcome: {}", s.outcome);
-    if let Some(c) = s.ceiling {
-        outcome.push_str(&format!(" ({c})"));
-    }
-    if let Some(r) = &s.reason {
-        outcome.push_str(&format!(": {}", escape(r)));
-    }
-    let _ = writeln!(out, "{outcome}");
+    let _ = writeln!(
+        out,
+        "{}",
+        crate::inspect::outcome_line(&s.outcome, s.ceiling, s.reason.as_deref())
+    );
     let _ = writeln!(
         out,
         "spent ${:.2} of ${:.2}, {:.1}s of {}",
