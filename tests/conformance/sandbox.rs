@@ -2,7 +2,9 @@
 //! C-PLAYBOOK-RESUME): each test is an attack a hostile task made on an unsandboxed engine. The
 //! operator stop endings (SIGTERM, a second signal) are in `stop.rs`.
 
-use crate::support::{assert_all_gone, command, marked_sleep, sleeping, wait_for_file, Pack};
+use crate::support::{
+    assert_all_gone, assert_sleeping, command, marked_sleep, wait_for_file, Pack,
+};
 use std::process::Stdio;
 
 // The forged-row resume: a task appends a passing row for the gate to its run's session log and
@@ -164,7 +166,7 @@ fn the_setsid_survivor_after_sigkill_and_resume() {
         .spawn()
         .unwrap();
     wait_for_file(&p.probe().join("started"), 20);
-    assert!(!sleeping(&mark).is_empty(), "the survivor never started");
+    assert_sleeping(&mark);
     child.kill().unwrap();
     child.wait().unwrap();
     assert_all_gone(&mark);

@@ -1,7 +1,9 @@
 //! Operator stop (RFC-0002:C-PLAYBOOK-LANE outcomes): SIGTERM kills attempts in flight, writes
 //! the `stopped` shutdown, skips the epilogue, and the verdict is invalid.
 
-use crate::support::{assert_all_gone, command, marked_sleep, wait_for_file, Pack};
+use crate::support::{
+    assert_all_gone, assert_sleeping, command, marked_sleep, wait_for_file, Pack,
+};
 use std::process::Stdio;
 
 #[test]
@@ -28,6 +30,7 @@ fn sigterm_stops_the_run() {
         .spawn()
         .unwrap();
     wait_for_file(&p.probe().join("started"), 20);
+    assert_sleeping(&mark);
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
@@ -77,6 +80,7 @@ fn a_second_signal_exits_at_once_and_kills_every_attempt() {
         .spawn()
         .unwrap();
     wait_for_file(&p.probe().join("started"), 20);
+    assert_sleeping(&mark);
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     // SAFETY: as above.

@@ -310,6 +310,19 @@ pub fn sleeping(mark: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Fails unless a `sleep <mark>` is live within 10 s: a task's `touch` after `sleep &` can land
+/// before the forked shell has exec'd `sleep`.
+pub fn assert_sleeping(mark: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sleeping(mark).is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "sleep {mark} never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Fails unless every `sleep <mark>` is gone within 10 s.
 pub fn assert_all_gone(mark: &str) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
