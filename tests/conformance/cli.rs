@@ -2,7 +2,7 @@
 //! durations take parts and fractions, `--jobs 0` is refused, and a misspelt workflow type gets a
 //! did-you-mean.
 
-use crate::support::{command, Pack};
+use crate::support::{command, snapshot, Pack};
 
 // Every bad launch value exits 2 worded as `invalid value 'X' for '--flag <V>': why`, before
 // anything runs.
@@ -52,29 +52,6 @@ fn a_misspelt_workflow_type_says_did_you_mean() {
             .contains("\"playbok\" is not a workflow type: did you mean \"playbook\"?"),
         "{}",
         r.stderr
-    );
-}
-
-/// Compares `actual` with the snapshot file `tests/conformance/snapshots/<name>`, exactly;
-/// `CRUCIBLE_UPDATE_SNAPSHOTS=1` rewrites the file instead.
-fn snapshot(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/conformance/snapshots")
-        .join(name);
-    if std::env::var_os("CRUCIBLE_UPDATE_SNAPSHOTS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (CRUCIBLE_UPDATE_SNAPSHOTS=1 writes it)",
-            path.display()
-        )
-    });
-    assert_eq!(
-        actual, expected,
-        "{name} changed (CRUCIBLE_UPDATE_SNAPSHOTS=1 rewrites it)"
     );
 }
 

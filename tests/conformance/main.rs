@@ -43,6 +43,7 @@ mod runs;
 mod sandbox;
 mod settled_join;
 mod stop;
+mod summary;
 mod task_env;
 mod task_files;
 mod terminal;

@@ -358,3 +358,26 @@ pub fn announce_settled(p: &Pack, task: &str) -> std::thread::JoinHandle<()> {
         }
     })
 }
+
+/// Compares `actual` with the snapshot file `tests/conformance/snapshots/<name>`, exactly;
+/// `CRUCIBLE_UPDATE_SNAPSHOTS=1` rewrites the file instead.
+pub fn snapshot(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/conformance/snapshots")
+        .join(name);
+    if std::env::var_os("CRUCIBLE_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (CRUCIBLE_UPDATE_SNAPSHOTS=1 writes it)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual, expected,
+        "{name} changed (CRUCIBLE_UPDATE_SNAPSHOTS=1 rewrites it)"
+    );
+}

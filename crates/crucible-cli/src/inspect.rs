@@ -39,6 +39,19 @@ fn last_lines(text: &str, n: usize) -> Vec<&str> {
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
+/// A row's note as printed beside its failure excerpt: without the stderr tail the engine folds
+/// onto a failure's note (RFC-0001 notes §4: readers of the row, tasks among them, have no
+/// log), when that tail is the kept stderr the excerpt shows. Otherwise the whole note.
+pub fn shown_note(run_dir: &Path, row: &TaskResult) -> Option<String> {
+    let note = row.note.as_deref()?;
+    let head = last_turn_files(run_dir, row)
+        .and_then(|[stderr, _]| std::fs::read(stderr).ok())
+        .map(|bytes| crucible_engine::stderr_tail(&bytes))
+        .filter(|tail| !tail.is_empty())
+        .and_then(|tail| note.strip_suffix(tail.as_str())?.strip_suffix(": "));
+    Some(head.unwrap_or(note).to_string())
+}
+
 /// Under a row that did not pass: where its log is, and the last lines of its last attempt's
 /// stderr (its stdout when stderr is empty), nextest style. Empty when no process ran for it.
 pub fn failure_excerpt(run_dir: &Path, row: &TaskResult) -> Vec<String> {
@@ -224,15 +237,28 @@ fn run_show(state: &Path, spec: &str) -> Result<ExitCode> {
             r.secs,
             format!("${:.2}", r.cost_usd)
         );
-        if let Some(note) = &r.note {
-            let _ = writeln!(out, "    note: {}", escape(&cut(note, 400)));
+        if let Some(note) = shown_note(&dir, r) {
+            let _ = writeln!(out, "    note: {}", escape(&cut(&note, 400)));
         }
-        if let Some(log) = &r.log {
-            let _ = writeln!(
-                out,
-                "    log:  {}",
-                escape(&dir.join(log).display().to_string())
-            );
+        let excerpt = if r.status.is_pass() {
+            Vec::new()
+        } else {
+            failure_excerpt(&dir, r)
+        };
+        match (&r.log, excerpt.is_empty()) {
+            (Some(log), true) => {
+                let _ = writeln!(
+                    out,
+                    "    log:  {}",
+                    escape(&dir.join(log).display().to_string())
+                );
+            }
+            (None, true) => {}
+            (_, false) => {
+                for line in excerpt {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
         }
     }
     let _ = writeln!(out);

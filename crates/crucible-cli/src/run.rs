@@ -15,7 +15,7 @@ use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -203,7 +203,13 @@ async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
 
 /// One settled row as a line of the summary and the live view: the task name (an `over` item
 /// key is a task's output), note and refusal are a task's text, so each is escaped.
-fn row_line(name: &str, row: Option<&TaskResult>, parts: &crate::inspect::Parts) -> String {
+/// The note is shown without a stderr tail that the row's log excerpt prints.
+fn row_line(
+    name: &str,
+    row: Option<&TaskResult>,
+    parts: &crate::inspect::Parts,
+    run_dir: &Path,
+) -> String {
     let Some(r) = row else {
         return format!("{} unsettled (never dispatched)", escape(name));
     };
@@ -216,8 +222,8 @@ fn row_line(name: &str, row: Option<&TaskResult>, parts: &crate::inspect::Parts)
         r.cost_usd,
         r.secs
     );
-    if let Some(note) = &r.note {
-        line.push_str(&format!(" note: {}", escape(note)));
+    if let Some(note) = crate::inspect::shown_note(run_dir, r) {
+        line.push_str(&format!(" note: {}", escape(&note)));
     }
     if let Some(refused) = &r.refused {
         line.push_str(&format!(" refused: {}", escape(refused)));
@@ -233,7 +239,7 @@ fn print_summary(s: &RunSummary) {
     let _ = writeln!(out);
     let parts = crate::inspect::Parts::of(&crucible_engine::state::read_log(&s.run_dir));
     for (name, row) in &s.rows {
-        let _ = writeln!(out, "{}", row_line(name, row.as_ref(), &parts));
+        let _ = writeln!(out, "{}", row_line(name, row.as_ref(), &parts, &s.run_dir));
         if let Some(r) = row.as_ref().filter(|r| !r.status.is_pass()) {
             for line in crate::inspect::failure_excerpt(&s.run_dir, r) {
                 let _ = writeln!(out, "{line}");
@@ -297,6 +303,8 @@ struct Live {
     /// includes the time before the resumption).
     spent: f64,
     elapsed: Duration,
+    /// Where the run keeps its rows' logs, once it started.
+    run_dir: PathBuf,
 }
 
 impl Live {
@@ -308,6 +316,7 @@ impl Live {
             max_secs,
             spent: 0.0,
             elapsed: Duration::ZERO,
+            run_dir: PathBuf::new(),
         }
     }
 
@@ -361,7 +370,8 @@ fn terminal_width() -> usize {
 }
 
 impl Observer for Live {
-    fn run_started(&mut self, run_id: &str, _: &Path) {
+    fn run_started(&mut self, run_id: &str, run_dir: &Path) {
+        self.run_dir = run_dir.to_path_buf();
         println!("run {}", escape(run_id));
     }
     fn task_started(&mut self, task: &str) {
@@ -379,7 +389,12 @@ impl Observer for Live {
         let _ = writeln!(
             out,
             "{}",
-            row_line(&row.task, Some(row), &crate::inspect::Parts::default())
+            row_line(
+                &row.task,
+                Some(row),
+                &crate::inspect::Parts::default(),
+                &self.run_dir
+            )
         );
         self.draw(&mut out);
     }

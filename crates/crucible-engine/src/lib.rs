@@ -33,6 +33,7 @@ use std::time::Duration;
 
 pub use admit::{admission, prices, Admission, Substrate};
 pub use proc::kill_all_now;
+pub use taskio::stderr_tail;
 
 /// Everything one run needs.
 pub struct RunRequest {

@@ -27,9 +27,10 @@ macro_rules! token_enum {
             }
         }
 
+        // `pad`, not `write_str`: a token in a table column keeps the column's width.
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
+                f.pad(self.as_str())
             }
         }
     };
