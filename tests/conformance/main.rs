@@ -24,6 +24,7 @@ mod history;
 mod inspect;
 mod io;
 mod lane;
+mod leftovers;
 mod live;
 mod logs;
 mod mapped_files;

@@ -48,10 +48,7 @@ fn sigterm_stops_the_run() {
     assert!(!p.has_row("later") && !p.has_row("epi"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("long fail"), "{stdout}");
-    assert!(
-        stdout.contains("later unsettled (never dispatched)"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("later unsettled"), "{stdout}");
     assert!(!p.probe().join("epi.ran").exists());
     assert!(
         !p.workspace().join("half.txt").exists(),

@@ -211,7 +211,8 @@ fn row_line(
     run_dir: &Path,
 ) -> String {
     let Some(r) = row else {
-        return format!("{} unsettled (never dispatched)", escape(name));
+        // Never dispatched, or its attempt ended in an engine fault (the outcome names it).
+        return format!("{} unsettled", escape(name));
     };
     let mut line = format!(
         "{} {} {}attempts={} cost=${:.2} secs={:.2}",

@@ -72,6 +72,9 @@ struct Report {
     stopped: bool,
     /// The run's wall-clock ceiling killed it.
     ceiling_killed: bool,
+    /// The engine could not keep what the attempt did (its commit to the git memory failed):
+    /// the engine's fault, not the task's, so the task does not settle and the run ends.
+    fault: Option<String>,
     /// A set of declared files was published for it (RFC-0002:C-TASK-FILES).
     files: bool,
     /// Its inputs could not be staged: it settles blocked without running.
@@ -128,6 +131,7 @@ impl Report {
             completion: None,
             stopped: false,
             ceiling_killed: false,
+            fault: None,
             files: false,
             staging_refused: None,
             repairs: Vec::new(),
@@ -298,6 +302,8 @@ struct Coord<'o> {
     abort: watch::Sender<Abort>,
     main_end: Option<(Outcome, Option<Ceiling>, Option<String>, Verdict)>,
     log_failed: Option<String>,
+    /// The first engine fault: dispatch closed, the run ends `error` naming it.
+    fault: Option<String>,
     started: Instant,
     /// Fan-out nodes, route folds and revise loops in progress (RFC-0002:C-REVISE-LOOP).
     br: branch::Branches,
@@ -333,8 +339,11 @@ pub async fn execute(
     // before anything is touched, when it is wanted and missing.
     let sandbox_mode = crate::sandbox::mode(req.no_sandbox, req.manifest.manifest.sandbox.enabled)
         .map_err(RunError::refused)?;
+    let before = crate::leftovers::Before::note(&state_dir, &ws);
     // One engine per state directory and workspace, from before either is touched to the end.
     let mut engine_lock = crate::lock::EngineLock::take(&state_dir)?;
+    // A refusal from here until the run exists removes what this launch made.
+    let mut leftovers = before.armed();
     crate::lock::check_workspace(&ws, &state_dir)?;
     // A crashed run may have left sealed (read-only) staged inputs behind; every launch
     // rebuilds the workspace, so clear them first.
@@ -453,6 +462,7 @@ pub async fn execute(
         log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
         (run_id, run_dir, file, Vec::new(), 0)
     };
+    leftovers.keep();
     engine_lock
         .claim(&run_id)
         .map_err(state_err("state directory lock"))?;
@@ -562,6 +572,7 @@ pub async fn execute(
         abort,
         main_end: None,
         log_failed: None,
+        fault: None,
         started,
         br,
         prior_elapsed,
@@ -760,6 +771,7 @@ impl Coord<'_> {
 
     fn dispatch_closed(&self) -> bool {
         self.stopped
+            || self.fault.is_some()
             || self.wall
             || (self.phase == Phase::Main
                 && (self.completion.is_some() || self.halted_by.is_some()))
@@ -1073,7 +1085,7 @@ impl Coord<'_> {
             Stage::Iteration => self.phase == Phase::Main,
             Stage::Epilogue => self.phase == Phase::Epilogue,
         };
-        if !stage_open || self.stopped {
+        if !stage_open || self.stopped || self.fault.is_some() {
             return;
         }
         // Joins, `when`, fan-out, routes and loop bodies (RFC-0002:C-SETTLED-JOIN).
@@ -1091,6 +1103,9 @@ impl Coord<'_> {
 
     fn done(&mut self, i: usize, report: Report) {
         self.attempt_ended(i, &report);
+        if report.fault.is_some() {
+            return;
+        }
         let r = self.attempt_row(i, self.task(i).name.clone(), report);
         self.settle(i, r);
     }
@@ -1144,6 +1159,13 @@ impl Coord<'_> {
                 self.completion = Some(reason);
             }
         }
+        // An engine fault closes dispatch; what is in flight settles on its own (each is
+        // bounded by its deadline) and what was not dispatched stays unsettled. The attempt
+        // writes no row, so its spend counts here.
+        if let Some(fault) = &report.fault {
+            self.add_spend(report.cost_usd);
+            self.fault.get_or_insert_with(|| fault.clone());
+        }
     }
 
     fn on_stop(&mut self) {
@@ -1182,7 +1204,7 @@ impl Coord<'_> {
                 self.phase = Phase::Epilogue;
                 // RFC-0002:C-PLAYBOOK-LANE: never after an operator stop or the wall-clock
                 // ceiling; the truncated graph already blocked them.
-                if !self.stopped && !self.wall && !self.truncated {
+                if !self.stopped && !self.wall && !self.truncated && self.fault.is_none() {
                     self.seed(Stage::Epilogue);
                 }
                 true
@@ -1201,6 +1223,7 @@ impl Coord<'_> {
             t.stage == Stage::Iteration && t.required && st.row().is_some_and(invalidating)
         });
         let invalid = self.stopped
+            || self.fault.is_some()
             || self.wall
             || self.cost_exhausted
             || self.truncated
@@ -1210,7 +1233,9 @@ impl Coord<'_> {
         } else {
             Verdict::Valid
         };
-        let (outcome, ceiling, reason) = if self.stopped {
+        let (outcome, ceiling, reason) = if let Some(fault) = &self.fault {
+            (Outcome::Error, None, Some(format!("engine fault: {fault}")))
+        } else if self.stopped {
             (
                 Outcome::Stopped,
                 None,
@@ -1259,7 +1284,11 @@ impl Coord<'_> {
             self.main_end.clone().unwrap_or_else(|| self.main_outcome());
         // A stop or the wall clock during the epilogue says how dispatch ended; the verdict
         // stays the main graph's (RFC-0002:C-PLAYBOOK-BUDGET).
-        if outcome != Outcome::Stopped && self.stopped {
+        if let Some(fault) = &self.fault {
+            // The engine's fault names the run's end whenever it came, the epilogue's included.
+            (outcome, ceiling, reason) =
+                (Outcome::Error, None, Some(format!("engine fault: {fault}")));
+        } else if outcome != Outcome::Stopped && self.stopped {
             (outcome, ceiling, reason) = (
                 Outcome::Stopped,
                 None,

@@ -12,6 +12,7 @@ pub mod files;
 mod git;
 pub mod graph;
 pub mod history;
+mod leftovers;
 mod lock;
 mod log;
 mod proc;

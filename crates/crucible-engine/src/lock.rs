@@ -34,13 +34,32 @@ impl EngineLock {
                 state_dir.display()
             ))
         };
-        std::fs::create_dir_all(state_dir).map_err(err)?;
-        let mut file = open(state_dir).map_err(err)?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(Errno::WOULDBLOCK) => return Err(in_use(state_dir, &mut file)),
-            Err(e) => return Err(err(e.into())),
-        }
+        // A refused launch removes the lock file and the state directory it made (see
+        // `leftovers`): a lock taken on a file no longer at the path is no lock, so take the
+        // one there now.
+        let mut tries = 0;
+        let file = loop {
+            tries += 1;
+            let opened = std::fs::create_dir_all(state_dir).and_then(|()| open(state_dir));
+            let mut file = match opened {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => continue,
+                Err(e) => return Err(err(e)),
+            };
+            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {}
+                Err(Errno::WOULDBLOCK) => return Err(in_use(state_dir, &mut file)),
+                Err(e) => return Err(err(e.into())),
+            }
+            if still_linked(&file, state_dir) {
+                break file;
+            }
+            if tries >= 3 {
+                return Err(err(std::io::Error::other(
+                    "its lock file keeps being replaced",
+                )));
+            }
+        };
         let mut lock = EngineLock { file };
         lock.record(None).map_err(err)?;
         Ok(lock)
@@ -59,6 +78,18 @@ impl EngineLock {
         self.file.set_len(0)?;
         self.file.seek(SeekFrom::Start(0))?;
         self.file.write_all(text.as_bytes())
+    }
+}
+
+/// Whether `file` is the lock file at its path in `state_dir` (not one unlinked since).
+fn still_linked(file: &File, state_dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        file.metadata(),
+        std::fs::metadata(state_dir.join(LOCK_FILE)),
+    ) {
+        (Ok(held), Ok(there)) => held.dev() == there.dev() && held.ino() == there.ino(),
+        _ => false,
     }
 }
 

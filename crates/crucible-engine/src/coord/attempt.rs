@@ -358,15 +358,19 @@ pub(super) async fn run(
                 .await
                 .expect("commit does not panic");
             if let Err(e) = committed {
-                report.graded = Graded::fail(
-                    format!("cannot commit the task's changes: {e}"),
-                    report.graded.output.clone(),
-                );
+                report.fault = Some(format!(
+                    "cannot commit task {}'s changes to the git memory: {e}",
+                    task.name
+                ));
                 report.completion = None;
             }
         }
         // A passing shared task's changes are its commit; everything else is thrown away.
-        if task.isolated || report.graded.status != Status::Pass || report.stopped {
+        if task.isolated
+            || report.graded.status != Status::Pass
+            || report.stopped
+            || report.fault.is_some()
+        {
             cleanup(ctx, task, &cwd).await;
         }
         break;

@@ -368,7 +368,9 @@ impl Coord<'_> {
 
     /// Dispatch stopped in a way that leaves undispatched work unsettled.
     fn parked(&self, stage: Stage) -> bool {
-        self.stopped || (stage == Stage::Iteration && self.completion.is_some())
+        self.stopped
+            || self.fault.is_some()
+            || (stage == Stage::Iteration && self.completion.is_some())
     }
 
     fn has_lane(&self, isolated: bool) -> bool {
@@ -574,6 +576,10 @@ impl Coord<'_> {
                 if let Some(f) = self.br.fanouts.get_mut(&i) {
                     f.lanes.settled();
                 }
+                if report.fault.is_some() {
+                    // The engine's fault: the instance never settled (the run ends, see `done`).
+                    return;
+                }
                 let name = fanout::instance_name(&self.task(i).name, &key);
                 let r = self.attempt_row(i, name, report);
                 self.instance_settled(i, &key, r);
@@ -581,6 +587,10 @@ impl Coord<'_> {
             Sub::Round => {
                 let l = self.br.member_of[&i];
                 self.br.loops[l].in_flight = false;
+                if report.fault.is_some() {
+                    // The engine's fault: the round never settled (the run ends, see `done`).
+                    return;
+                }
                 let r = self.attempt_row(i, self.task(i).name.clone(), report);
                 self.round_settled(l, r, true);
             }
