@@ -40,6 +40,7 @@ mod resume_branches;
 mod revise;
 mod revise_files;
 mod routes;
+mod runbooks;
 mod runs;
 mod sandbox;
 mod settled_join;

@@ -58,6 +58,9 @@ pub enum Command {
     /// Pack utilities.
     #[command(subcommand)]
     Pack(PackCommand),
+    /// Runbook bundles: a `runbook.json` contract around a Markdown procedure.
+    #[command(subcommand)]
+    Runbook(RunbookCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -80,6 +83,19 @@ pub enum PlanCommand {
 pub enum PackCommand {
     /// Print the pack's `tree1:` digest.
     Digest(DigestArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RunbookCommand {
+    /// Check a bundle's runbook.json, procedure and skill dependencies; print every error and
+    /// warning.
+    Validate(RunbookDirArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunbookDirArgs {
+    /// The runbook bundle directory (holding runbook.json).
+    pub dir: PathBuf,
 }
 
 #[derive(Args, Debug)]

@@ -3,7 +3,7 @@
 //!
 //! Exit codes (ARCHITECTURE.md): `plan run`/`rerun` exit 0 when the verdict is valid, 3 for any
 //! other verdict, 1 when refused before any dispatch; `check` and the `plan` inspectors exit 0
-//! when clean and 1 on findings; a bad command line exits 2 (clap's own code).
+//! when clean and 1 on findings (as do the `runbook` commands); a bad command line exits 2 (clap's own code).
 
 mod args;
 mod bounded;
@@ -11,8 +11,9 @@ mod compile;
 mod inspect;
 mod picture;
 mod run;
+mod runbook;
 
-use args::{Cli, Command, PackCommand, PlanCommand};
+use args::{Cli, Command, PackCommand, PlanCommand, RunbookCommand};
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
         Command::Runs(a) => inspect::runs(&a),
         Command::Logs(a) => inspect::logs(&a),
         Command::Pack(PackCommand::Digest(a)) => compile::pack_digest(&a),
+        Command::Runbook(RunbookCommand::Validate(a)) => runbook::validate(&a),
     };
     match result {
         Ok(code) => code,

@@ -2,5 +2,6 @@
 
 pub mod files;
 pub mod manifest;
+pub mod runbook;
 
 pub use manifest::{load, LoadedManifest, Manifest, ManifestError};

@@ -5,6 +5,7 @@
 //! validation checks it, and the engine runs only a validated plan.
 
 pub mod canonical;
+pub mod diag;
 pub mod duration;
 pub mod plan;
 pub mod render;

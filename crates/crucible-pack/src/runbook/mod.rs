@@ -1,0 +1,141 @@
+//! Runbooks (issue 15, Runbook contract v1): a `runbook.json` contract around a Markdown
+//! procedure, kept in a bundle directory with optional skill dependencies.
+//!
+//! This layer is pure: it reads a bundle, checks the contract ([`validate`]), and is what the
+//! CLI prints from. It knows nothing of runs or processes.
+
+mod jsonpos;
+pub mod validate;
+
+pub use validate::{check, Checked};
+
+/// The contract file at the bundle root.
+pub const CONTRACT_FILE: &str = "runbook.json";
+
+/// A contract that passed every rule, its procedure resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runbook {
+    pub name: String,
+    /// The author's label only: a release's identity is its content digest.
+    pub version: String,
+    pub description: String,
+    pub invocation: Invocation,
+    pub required_capabilities: Vec<String>,
+    pub allowed_effect_classes: Vec<EffectClass>,
+    /// The bundle-relative procedure file: `procedure`, else `RUNBOOK.md`, else `SKILL.md`.
+    pub procedure: String,
+    /// Bundle-relative directories, each holding a `SKILL.md`.
+    pub skill_dependencies: Vec<String>,
+    pub applicability: Applicability,
+    pub artifacts: Vec<Artifact>,
+    pub success_predicates: Vec<Predicate>,
+    pub checkpoints: Vec<Checkpoint>,
+    pub evidence_policy: EvidencePolicy,
+}
+
+/// Whether a runbook may be chosen automatically or only when named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invocation {
+    Explicit,
+    Auto,
+}
+
+/// One class of effect the procedure may request.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EffectClass {
+    FilesystemRead,
+    FilesystemWrite,
+    ProcessExec,
+    Network,
+    Governance,
+    /// One named tool.
+    Tool(String),
+    /// Every effect (`*`): allowed, with a warning.
+    Any,
+}
+
+impl EffectClass {
+    /// The fixed classes by their contract spelling (`tool:<name>` and `*` aside).
+    pub const NAMED: &'static [(&'static str, EffectClass)] = &[
+        ("filesystem.read", EffectClass::FilesystemRead),
+        ("filesystem.write", EffectClass::FilesystemWrite),
+        ("process.exec", EffectClass::ProcessExec),
+        ("network", EffectClass::Network),
+        ("governance", EffectClass::Governance),
+    ];
+
+    /// The contract spelling.
+    pub fn spelling(&self) -> String {
+        match self {
+            EffectClass::FilesystemRead => "filesystem.read".into(),
+            EffectClass::FilesystemWrite => "filesystem.write".into(),
+            EffectClass::ProcessExec => "process.exec".into(),
+            EffectClass::Network => "network".into(),
+            EffectClass::Governance => "governance".into(),
+            EffectClass::Tool(name) => format!("tool:{name}"),
+            EffectClass::Any => "*".into(),
+        }
+    }
+}
+
+/// Where an automatic runbook applies. Every list empty means anywhere.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applicability {
+    pub cwd_globs: Vec<String>,
+    pub required_files: Vec<String>,
+    pub forbidden_files: Vec<String>,
+}
+
+/// A file the run produces, relative to the run's working directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Artifact {
+    pub name: String,
+    pub path: String,
+    pub stage: String,
+    pub required: bool,
+}
+
+/// A deterministic check on the run's files, made when the run claims success.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Predicate {
+    pub kind: PredicateKind,
+    pub path: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PredicateKind {
+    /// The file exists.
+    ArtifactExists,
+    /// The file exists and is not empty.
+    ArtifactNonempty,
+}
+
+impl PredicateKind {
+    pub const ALL: &'static [(&'static str, PredicateKind)] = &[
+        ("artifact_exists", PredicateKind::ArtifactExists),
+        ("artifact_nonempty", PredicateKind::ArtifactNonempty),
+    ];
+}
+
+/// A stage boundary: its artifacts are hashed there, and a gate pauses the run for a person.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub stage: String,
+    pub summary: String,
+    pub artifact_paths: Vec<String>,
+    pub gate: Option<Gate>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gate {
+    pub id: String,
+    pub prompt: String,
+}
+
+/// What evidence of a run may be kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EvidencePolicy {
+    /// Recorded as written; argument values are minimized to hashes whatever it says.
+    pub retain_argument_values: bool,
+    pub promotion_levels: Vec<String>,
+}
