@@ -65,6 +65,7 @@ fn help_shows_examples_and_exit_codes() {
         (&["plan", "rerun", "--help"][..], "plan-rerun-help.txt"),
         (&["runs", "--help"][..], "runs-help.txt"),
         (&["logs", "--help"][..], "logs-help.txt"),
+        (&["init", "--help"][..], "init-help.txt"),
     ] {
         let out = std::process::Command::new(crate::support::BIN)
             .args(args)

@@ -21,6 +21,7 @@ mod example_branching;
 mod examples;
 mod fanout;
 mod history;
+mod init;
 mod inspect;
 mod io;
 mod lane;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 const HELP_FOOTER: &str = "\
 Examples:
+  crucible init mypack
   crucible check --manifest examples/playbook/crucible.toml
   crucible plan run --manifest examples/playbook/crucible.toml --max-cost 1 --max-time 5m
   crucible runs show latest
@@ -45,6 +46,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Write a starter pack (manifest, graph, prompt, a stand-in agent) into DIR, which must be
+    /// empty or absent; `plan run` runs it valid at once.
+    Init(InitArgs),
     /// Validate manifest, pack and graph without running; print every bound, ceiling rule and
     /// deadline in force, and the egress and credentials the pack would get.
     Check(CheckArgs),
@@ -95,6 +99,13 @@ pub enum RunbookCommand {
 #[derive(Args, Debug)]
 pub struct RunbookDirArgs {
     /// The runbook bundle directory (holding runbook.json).
+    pub dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Where to write the pack: an empty or absent directory.
+    #[arg(default_value = ".")]
     pub dir: PathBuf,
 }
 

@@ -8,6 +8,7 @@
 mod args;
 mod bounded;
 mod compile;
+mod init;
 mod inspect;
 mod picture;
 mod run;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
             PlanCommand::Run(a) => run::plan_run(&a),
             PlanCommand::Rerun(a) => run::plan_rerun(&a),
         },
+        Command::Init(a) => init::init(&a),
         Command::Check(a) => compile::check(&a),
         Command::Runs(a) => inspect::runs(&a),
         Command::Logs(a) => inspect::logs(&a),
