@@ -94,6 +94,32 @@ pub enum RunbookCommand {
     /// Check a bundle's runbook.json, procedure and skill dependencies; print every error and
     /// warning.
     Validate(RunbookDirArgs),
+    /// Validate and seal a bundle: print its release (content digest, files, sealed skill
+    /// dependencies) as JSON; with --store, also write it there read-only.
+    Seal(SealArgs),
+    /// Make a runbook bundle from a skill directory: SKILL.md stays the procedure, support files
+    /// are copied, and the contract is the least one (explicit, filesystem.read): review it.
+    FromSkill(ConvertArgs),
+    /// Export a runbook bundle as a skill: the procedure becomes SKILL.md, support files are
+    /// copied, runbook.json is left out.
+    ToSkill(ConvertArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SealArgs {
+    /// The runbook bundle directory (holding runbook.json).
+    pub dir: PathBuf,
+    /// A release store: the release is written to STORE/<name>/<digest>/.
+    #[arg(long, value_name = "STORE")]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// The directory to convert.
+    pub from: PathBuf,
+    /// The new directory to write (it must not exist, or be empty).
+    pub dest: PathBuf,
 }
 
 #[derive(Args, Debug)]

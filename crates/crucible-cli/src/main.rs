@@ -38,7 +38,12 @@ fn main() -> ExitCode {
         Command::Runs(a) => inspect::runs(&a),
         Command::Logs(a) => inspect::logs(&a),
         Command::Pack(PackCommand::Digest(a)) => compile::pack_digest(&a),
-        Command::Runbook(RunbookCommand::Validate(a)) => runbook::validate(&a),
+        Command::Runbook(cmd) => match cmd {
+            RunbookCommand::Validate(a) => runbook::validate(&a),
+            RunbookCommand::Seal(a) => runbook::seal(&a),
+            RunbookCommand::FromSkill(a) => runbook::from_skill(&a),
+            RunbookCommand::ToSkill(a) => runbook::to_skill(&a),
+        },
     };
     match result {
         Ok(code) => code,

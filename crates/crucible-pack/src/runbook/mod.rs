@@ -1,13 +1,18 @@
 //! Runbooks (issue 15, Runbook contract v1): a `runbook.json` contract around a Markdown
 //! procedure, kept in a bundle directory with optional skill dependencies.
 //!
-//! This layer is pure: it reads a bundle, checks the contract ([`validate`]), and is what the
-//! CLI prints from. It knows nothing of runs or processes.
+//! This layer is pure: it reads a bundle, checks the contract ([`validate`]), seals releases
+//! ([`release`]) and converts to and from skills ([`skill`]); the CLI only prints what it
+//! decides. It knows nothing of runs or processes.
 
 mod jsonpos;
+pub mod release;
+pub mod skill;
 pub mod validate;
 
-pub use validate::{check, Checked};
+pub use release::{seal, store, BundleError, Release};
+pub use skill::{from_skill, to_skill};
+pub use validate::{check, Checked, Refused};
 
 /// The contract file at the bundle root.
 pub const CONTRACT_FILE: &str = "runbook.json";

@@ -186,7 +186,7 @@ fn diagnostic(lines: &[&str], at: Pos, rule: &str, message: String, fix: &str) -
 }
 
 /// A runbook, artifact, stage or gate name: lowercase letters, digits and single inner hyphens.
-fn is_name(s: &str) -> bool {
+pub(crate) fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.split('-').all(|part| {
