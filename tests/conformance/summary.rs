@@ -21,7 +21,7 @@ fn pack() -> Pack {
 }
 
 /// `text` with what differs between runs replaced: the run id, the pack's directory, the start
-/// time and the pack digest by names, and every timing's digits by `#` (a decimal number not
+/// time, each progress line's time and the pack digest by names, and every timing's digits by `#` (a decimal number not
 /// after `$`; spend is stable), so columns keep their width.
 fn stable(p: &Pack, text: &str) -> String {
     let id = std::fs::read_to_string(p.state().join("current")).unwrap();
@@ -33,6 +33,16 @@ fn stable(p: &Pack, text: &str) -> String {
         .replace(&p.path().display().to_string(), "<pack>")
         .replace(run["started_at"].as_str().unwrap(), "<started>")
         .replace(run["pack"].as_str().unwrap(), "<digest>");
+    // A progress line's time: `2026-12-01T03:04:05.678Z ` (24 characters and a space).
+    let text: String = text
+        .lines()
+        .map(|l| match l.get(..24) {
+            Some(ts) if ts.as_bytes()[10] == b'T' && ts.ends_with('Z') => {
+                format!("<time>{}\n", &l[24..])
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect();
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::new();
     let mut i = 0;

@@ -164,15 +164,25 @@ pub fn split_part(task: &str) -> Option<(&str, Part, &str)> {
 
 impl Parts {
     pub fn of(lines: &[Line]) -> Parts {
-        let mut parts: HashMap<String, (Part, u32)> = HashMap::new();
+        let mut parts = Parts::default();
         for l in lines {
             if let Event::TaskResult(r) = &l.event {
-                if let Some((base, part, _)) = split_part(&r.task) {
-                    parts.entry(base.to_string()).or_insert((part, 0)).1 += 1;
-                }
+                parts.add(&r.task);
             }
         }
-        Parts(parts)
+        parts
+    }
+
+    /// Counts a settled row: an instance or a round of its task; a task's own row counts none.
+    pub fn add(&mut self, task: &str) {
+        if let Some((base, part, _)) = split_part(task) {
+            self.0.entry(base.to_string()).or_insert((part, 0)).1 += 1;
+        }
+    }
+
+    /// What `task` ran as so far, and how many of them settled.
+    pub fn get(&self, task: &str) -> Option<(Part, u32)> {
+        self.0.get(task).copied()
     }
 
     /// `instances=3 ` or `rounds=2 ` for a task that ran as instances or rounds, else empty.

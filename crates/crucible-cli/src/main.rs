@@ -10,6 +10,7 @@ mod bounded;
 mod compile;
 mod init;
 mod inspect;
+mod live;
 mod picture;
 mod run;
 mod runbook;

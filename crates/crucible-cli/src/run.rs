@@ -1,6 +1,7 @@
 //! `plan run` and `plan rerun`.
 
 use crate::args::{RerunArgs, RunArgs};
+use crate::live::{colour, Live, Plain};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_agent::inference::{self, Inference, INFERENCE_ENV};
 use crucible_dsl::settings;
@@ -15,9 +16,8 @@ use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 /// Exit code of a run whose verdict is not valid (ARCHITECTURE.md, CLI).
 const EXIT_INVALID: u8 = 3;
@@ -119,6 +119,8 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let caps = substrate_caps(&args.caps, &inference);
     let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
         .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
+    // The live view's done/total: the plan's own tasks (instances and rounds are parts of one).
+    let total = plan.tasks.len();
     let req = RunRequest {
         plan,
         manifest,
@@ -146,7 +148,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         .context("cannot start the runtime")?;
     let live = std::io::stdout().is_terminal();
     let mut observer: Box<dyn Observer> = if live {
-        Box::new(Live::new(args.max_cost, max_secs))
+        Box::new(Live::new(args.max_cost, max_secs, total, colour()))
     } else {
         Box::new(Plain)
     };
@@ -204,7 +206,7 @@ async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
 /// One settled row as a line of the summary and the live view: the task name (an `over` item
 /// key is a task's output), note and refusal are a task's text, so each is escaped.
 /// The note is shown without a stderr tail that the row's log excerpt prints.
-fn row_line(
+pub(crate) fn row_line(
     name: &str,
     row: Option<&TaskResult>,
     parts: &crate::inspect::Parts,
@@ -274,148 +276,13 @@ fn print_summary(s: &RunSummary) {
              `crucible plan rerun --parent latest --max-cost USD --max-time DUR` runs again what did not pass"
         );
     }
+    let _ = writeln!(
+        out,
+        "session log: {}",
+        escape(&s.run_dir.join("session.jsonl").display().to_string())
+    );
     let _ = writeln!(out, "run: {}", escape(&s.run_id));
     let _ = writeln!(out, "verdict: {}", s.verdict);
-}
-
-/// Plain, stable lines for a pipe or a file.
-struct Plain;
-
-impl Observer for Plain {
-    fn run_started(&mut self, run_id: &str, _: &Path) {
-        println!("run {}", escape(run_id));
-    }
-    fn task_started(&mut self, task: &str) {
-        println!("started {}", escape(task));
-    }
-    fn task_settled(&mut self, row: &TaskResult) {
-        println!("settled {} {}", escape(&row.task), row.status);
-    }
-}
-
-/// The terminal view: settled rows scroll above; below, one line per running task with its
-/// elapsed time and a footer with spend and time against the ceilings.
-struct Live {
-    running: Vec<(String, Instant)>,
-    drawn: usize,
-    max_cost: Option<f64>,
-    max_secs: Option<u64>,
-    /// Spend and elapsed time as the engine last reported them (a resumed run's elapsed time
-    /// includes the time before the resumption).
-    spent: f64,
-    elapsed: Duration,
-    /// Where the run keeps its rows' logs, once it started.
-    run_dir: PathBuf,
-}
-
-impl Live {
-    fn new(max_cost: Option<f64>, max_secs: Option<u64>) -> Live {
-        Live {
-            running: Vec::new(),
-            drawn: 0,
-            max_cost,
-            max_secs,
-            spent: 0.0,
-            elapsed: Duration::ZERO,
-            run_dir: PathBuf::new(),
-        }
-    }
-
-    fn clear(&mut self, out: &mut impl Write) {
-        if self.drawn > 0 {
-            let _ = write!(out, "\x1b[{}A\x1b[J", self.drawn);
-        }
-        self.drawn = 0;
-    }
-
-    fn draw(&mut self, out: &mut impl Write) {
-        // Lines are cut to the terminal's width: a wrapped line would break the redraw.
-        let width = terminal_width().saturating_sub(1).max(20);
-        for (name, since) in &self.running {
-            let line = format!(
-                "  ▶ {}  {:.1}s",
-                escape(name),
-                since.elapsed().as_secs_f64()
-            );
-            let _ = writeln!(out, "{}", cut(&line, width));
-        }
-        let footer = format!(
-            "  spent ${:.2} of ${:.2} · {:.1}s of {}",
-            self.spent,
-            self.max_cost.unwrap_or(0.0),
-            self.elapsed.as_secs_f64(),
-            self.max_secs
-                .map_or("-".to_string(), crucible_plan::duration::format)
-        );
-        let _ = writeln!(out, "{}", cut(&footer, width));
-        self.drawn = self.running.len() + 1;
-        let _ = out.flush();
-    }
-}
-
-fn cut(line: &str, width: usize) -> String {
-    line.chars().take(width).collect()
-}
-
-/// The terminal's column count, or 80 when it cannot be read.
-fn terminal_width() -> usize {
-    // SAFETY: TIOCGWINSZ fills a winsize struct we own.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; stdout is a terminal whenever this view is in use.
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
-    if ok && ws.ws_col > 0 {
-        usize::from(ws.ws_col)
-    } else {
-        80
-    }
-}
-
-impl Observer for Live {
-    fn run_started(&mut self, run_id: &str, run_dir: &Path) {
-        self.run_dir = run_dir.to_path_buf();
-        println!("run {}", escape(run_id));
-    }
-    fn task_started(&mut self, task: &str) {
-        self.running.push((task.to_string(), Instant::now()));
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        self.draw(&mut out);
-    }
-    fn task_settled(&mut self, row: &TaskResult) {
-        // Spend comes from the engine's tick: rolled-up rows (a fan-out node, a loop's final
-        // rows) repeat spend their instances and rounds already counted.
-        self.running.retain(|(n, _)| n != &row.task);
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        let _ = writeln!(
-            out,
-            "{}",
-            row_line(
-                &row.task,
-                Some(row),
-                &crate::inspect::Parts::default(),
-                &self.run_dir
-            )
-        );
-        self.draw(&mut out);
-    }
-    fn tick_interval(&self) -> Option<Duration> {
-        Some(Duration::from_millis(250))
-    }
-    fn tick(&mut self, spent: f64, elapsed: Duration) {
-        self.spent = spent;
-        self.elapsed = elapsed;
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        self.draw(&mut out);
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-    }
 }
 
 /// The model bindings in `CRUCIBLE_INFERENCE`, refused before any work when malformed.

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use admit::{admission, prices, Admission, Substrate};
+pub use log::now_ts;
 pub use proc::kill_all_now;
 pub use taskio::stderr_tail;
 
