@@ -311,18 +311,24 @@ fn files_below(dir: &Path) -> Result<Vec<PathBuf>, GitError> {
     Ok(out)
 }
 
-/// Stages every change in the work tree and commits it, unless nothing changed (and `force` is
-/// off). Returns the new commit.
-fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oid>, GitError> {
+/// Stages every change in the work tree into the repository's index (kept in memory between
+/// calls) and writes its tree. `add_all` is libgit2's `git add -A`: one index-to-workdir diff,
+/// untracked files included, each changed path added and each vanished one removed; stat data
+/// in the index spares unchanged files their hashing, and the index's tree cache spares
+/// unchanged subtrees their rewriting.
+fn stage(repo: &Repository) -> Result<Oid, GitError> {
     let mut index = repo.index().map_err(gerr("cannot read the index"))?;
     index
         .add_all(["*"], IndexAddOption::DEFAULT, None)
         .map_err(gerr("cannot stage changes"))?;
-    index
-        .update_all(["*"], None)
-        .map_err(gerr("cannot stage deletions"))?;
-    let tree_id = index.write_tree().map_err(gerr("cannot write tree"))?;
-    index.write().map_err(gerr("cannot write the index"))?;
+    index.write_tree().map_err(gerr("cannot write tree"))
+}
+
+/// Stages every change in the work tree and commits it onto HEAD, moving HEAD and writing the
+/// index, unless nothing changed (and `force` is off). Returns the new commit.
+fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oid>, GitError> {
+    let tree_id = stage(repo)?;
+    save_index(repo)?;
     let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
     if !force && parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
         return Ok(None);
@@ -334,6 +340,12 @@ fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oi
         .commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
         .map_err(gerr("cannot commit"))?;
     Ok(Some(oid))
+}
+
+fn save_index(repo: &Repository) -> Result<(), GitError> {
+    repo.index()
+        .and_then(|mut i| i.write())
+        .map_err(gerr("cannot write the index"))
 }
 
 /// RFC-0002:C-PLAYBOOK-RESUME: commits the declared files a resume put back into the rebuilt
@@ -349,43 +361,167 @@ pub fn commit_restored(ws: &Path) -> Result<Option<Oid>, GitError> {
 }
 
 /// The run's git memory, opened once: every task's git work goes through this one handle (one
-/// at a time), so no task pays for reopening the repository.
-pub struct Memory(std::sync::Mutex<Repository>);
+/// at a time), so no task pays for reopening the repository, rereading the index or rewriting
+/// files that only describe the current state.
+///
+/// A task commit creates its objects and its task ref, nothing else: HEAD and the index are
+/// kept here and saved every [`SAVE_EVERY`] commits and by [`Memory::save`] at the end of the
+/// run. Each save replaces a file (a lock file renamed over it), and file replacement is what
+/// the kernel charges most for when it comes thousands of times a minute. Neither file is
+/// needed to resume a run killed between saves (resumption rebuilds the workspace and HEAD
+/// from the start commit, and a rerun reads the task refs), and an index older than the work
+/// tree only means more files are hashed again, never that a change is missed.
+pub struct Memory(std::sync::Mutex<Held>);
+
+struct Held {
+    repo: Repository,
+    /// The commit the next task commit goes onto: HEAD as last saved, or newer.
+    head: Oid,
+    /// Task commits since HEAD and the index were last saved.
+    unsaved: u32,
+}
+
+/// How many task commits may pass between saves of HEAD and the index. Between saves every
+/// file written since the last one is "racily clean" for git (not older than the index file),
+/// so it is hashed again by each commit: the bound keeps that work small and constant.
+const SAVE_EVERY: u32 = 32;
 
 impl Memory {
     /// Opens the memory through the workspace's `.git` link, which names the work tree.
     pub fn open(ws: &Path) -> Result<Memory, GitError> {
+        // Every tree and commit the memory writes names objects it wrote itself a moment
+        // before: checking that each exists (one file lookup per entry, so a whole tree's
+        // worth per commit) is work that grows with the workspace and proves nothing.
+        git2::opts::strict_object_creation(false);
         let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
-        Ok(Memory(std::sync::Mutex::new(repo)))
+        let head = repo
+            .head()
+            .and_then(|h| h.peel_to_commit())
+            .map_err(gerr("the git memory has no HEAD commit"))?
+            .id();
+        Ok(Memory(std::sync::Mutex::new(Held {
+            repo,
+            head,
+            unsaved: 0,
+        })))
     }
 
-    fn repo(&self) -> std::sync::MutexGuard<'_, Repository> {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
         // A panic mid-operation leaves nothing half-done in memory that the next one relies on.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Commits a passing task's changes as `task <name>` and records them as its commit set.
     pub fn commit_task(&self, task: &str) -> Result<Option<Oid>, GitError> {
-        commit_task(&self.repo(), task)
+        self.held().commit_task(task)
+    }
+
+    /// The commit the next task commit goes onto.
+    #[cfg(test)]
+    pub fn head(&self) -> Oid {
+        self.held().head
     }
 
     pub fn discard(&self) -> Result<(), GitError> {
-        discard(&self.repo())
+        self.held().discard()
     }
 
     pub fn checkout_to(&self, dir: &Path) -> Result<(), GitError> {
-        checkout_to(&self.repo(), dir)
+        let held = self.held();
+        checkout_to(&held.repo, held.head, dir)
+    }
+
+    /// Writes HEAD and the index as the last commit left them, so the git CLI sees the run's
+    /// history and a clean work tree. The run calls it when it ends.
+    pub fn save(&self) -> Result<(), GitError> {
+        self.held().save()
     }
 }
 
-fn commit_task(repo: &Repository, task: &str) -> Result<Option<Oid>, GitError> {
-    let oid = commit_all(repo, &format!("task {task}"), false)?;
-    if let Some(oid) = oid {
-        let name = task_ref(task);
-        repo.reference(&name, oid, true, "task commit")
+impl Held {
+    fn commit_task(&mut self, task: &str) -> Result<Option<Oid>, GitError> {
+        let repo = &self.repo;
+        let tree_id = stage(repo)?;
+        let parent = repo
+            .find_commit(self.head)
+            .map_err(gerr("cannot read HEAD"))?;
+        if parent.tree_id() == tree_id {
+            return Ok(None);
+        }
+        let tree = repo.find_tree(tree_id).map_err(gerr("cannot read tree"))?;
+        let sig = signature()?;
+        let message = format!("task {task}");
+        let oid = repo
+            .commit(None, &sig, &sig, &message, &tree, &[&parent])
+            .map_err(gerr("cannot commit"))?;
+        repo.reference(&task_ref(task), oid, true, "task commit")
             .map_err(gerr("cannot record the task's commit"))?;
+        drop((tree, parent));
+        self.head = oid;
+        self.unsaved += 1;
+        if self.unsaved >= SAVE_EVERY {
+            self.save()?;
+        }
+        Ok(Some(oid))
     }
-    Ok(oid)
+
+    fn save(&mut self) -> Result<(), GitError> {
+        save_index(&self.repo)?;
+        move_head(&self.repo, self.head)?;
+        self.unsaved = 0;
+        Ok(())
+    }
+
+    /// Throws away every uncommitted change in the work tree: tracked files back to the last
+    /// commit, untracked files and directories removed (ignored ones are left, as
+    /// `git clean -fd` leaves them). The reset saves HEAD and the index as a side effect.
+    fn discard(&mut self) -> Result<(), GitError> {
+        let repo = &self.repo;
+        let head = repo
+            .find_object(self.head, Some(git2::ObjectType::Commit))
+            .map_err(gerr("cannot read HEAD"))?;
+        repo.reset(&head, git2::ResetType::Hard, None)
+            .map_err(gerr("cannot reset the workspace"))?;
+        self.unsaved = 0;
+        let ws = repo.workdir().expect("attached workspace").to_path_buf();
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(false);
+        let statuses = repo
+            .statuses(Some(&mut opts))
+            .map_err(gerr("cannot list untracked files"))?;
+        for s in statuses.iter() {
+            if !s.status().contains(git2::Status::WT_NEW) {
+                continue;
+            }
+            let Some(path) = s.path() else { continue };
+            let p = ws.join(path);
+            let removed = if p.is_dir() && !p.is_symlink() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            removed.map_err(ioerr(format!("cannot remove {}", p.display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// Points HEAD (the branch it names, or HEAD itself when detached) at `commit`, unless it is
+/// there already.
+fn move_head(repo: &Repository, commit: Oid) -> Result<(), GitError> {
+    let head = repo
+        .find_reference("HEAD")
+        .map_err(gerr("cannot read HEAD"))?;
+    if head.resolve().ok().and_then(|r| r.target()) == Some(commit) {
+        return Ok(());
+    }
+    match head.symbolic_target() {
+        Some(branch) => repo
+            .reference(branch, commit, true, "crucible: task commits")
+            .map(drop),
+        None => repo.set_head_detached(commit),
+    }
+    .map_err(gerr("cannot move HEAD"))
 }
 
 /// The ref holding a task's commit set; names that are not valid ref components are hex-encoded.
@@ -398,43 +534,12 @@ pub fn task_ref(task: &str) -> String {
     }
 }
 
-/// Throws away every uncommitted change in the work tree: tracked files back to HEAD, untracked
-/// files and directories removed (ignored ones are left, as `git clean -fd` leaves them).
-fn discard(repo: &Repository) -> Result<(), GitError> {
-    let head = repo
-        .head()
-        .and_then(|h| h.peel(git2::ObjectType::Commit))
-        .map_err(gerr("no HEAD"))?;
-    repo.reset(&head, git2::ResetType::Hard, None)
-        .map_err(gerr("cannot reset the workspace"))?;
-    let ws = repo.workdir().expect("attached workspace").to_path_buf();
-    let mut opts = StatusOptions::new();
-    opts.include_untracked(true).recurse_untracked_dirs(false);
-    let statuses = repo
-        .statuses(Some(&mut opts))
-        .map_err(gerr("cannot list untracked files"))?;
-    for s in statuses.iter() {
-        if !s.status().contains(git2::Status::WT_NEW) {
-            continue;
-        }
-        let Some(path) = s.path() else { continue };
-        let p = ws.join(path);
-        let removed = if p.is_dir() && !p.is_symlink() {
-            std::fs::remove_dir_all(&p)
-        } else {
-            std::fs::remove_file(&p)
-        };
-        removed.map_err(ioerr(format!("cannot remove {}", p.display())))?;
-    }
-    Ok(())
-}
-
-/// Writes HEAD's tree into `dir`: a disposable worktree for an isolated task.
-fn checkout_to(repo: &Repository, dir: &Path) -> Result<(), GitError> {
+/// Writes `head`'s tree into `dir`: a disposable worktree for an isolated task.
+fn checkout_to(repo: &Repository, head: Oid, dir: &Path) -> Result<(), GitError> {
     std::fs::create_dir_all(dir).map_err(ioerr(format!("{}", dir.display())))?;
     let tree = repo
-        .head()
-        .and_then(|h| h.peel(git2::ObjectType::Tree))
+        .find_commit(head)
+        .and_then(|c| c.into_object().peel(git2::ObjectType::Tree))
         .map_err(gerr("no HEAD tree"))?;
     repo.checkout_tree(
         &tree,
@@ -644,6 +749,7 @@ mod tests {
         std::fs::create_dir_all(ws.join("junk/deep")).unwrap();
         std::fs::write(ws.join("junk/deep/x"), "x").unwrap();
         memory.discard().unwrap();
+        memory.save().unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
             "seed"
