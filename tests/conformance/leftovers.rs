@@ -117,17 +117,16 @@ fn a_launch_refused_by_the_lock_leaves_nothing_behind() {
     assert!(!p.probe().join("ran").exists());
 }
 
-// An engine fault: the git memory refuses the passing task's commit (its index is locked, as
+// An engine fault: the git memory refuses the passing task's commit (its task ref is locked, as
 // an unwritable or full git directory would refuse it). The run ends `error` naming the cause;
 // the task has no failed row (it did not fail), nothing further is dispatched, the epilogue
 // included, and the verdict is invalid. Unsandboxed, so the task can reach the git directory.
 #[test]
 fn an_engine_fault_ends_the_run_as_the_engines_error() {
-    let lock_the_index =
-        r#"mkdir "$(sed 's/^gitdir: //' .git)/index.lock"; echo changed > f; echo '{}'"#;
+    let lock_the_ref = r#"mkdir -p "$(sed 's/^gitdir: //' .git)/refs/crucible/tasks/a.lock"; echo changed > f; echo '{}'"#;
     let p = Pack::playbook(&format!(
         "{}{}{}",
-        command("a", lock_the_index, ""),
+        command("a", lock_the_ref, ""),
         command(
             "b",
             "touch \"$PACK/b-ran\"; echo '{}'",
@@ -149,7 +148,7 @@ fn an_engine_fault_ends_the_run_as_the_engines_error() {
         reason.starts_with("engine fault: cannot commit task a's changes to the git memory: "),
         "{reason}"
     );
-    assert!(reason.contains("index"), "{reason}");
+    assert!(reason.contains("a.lock"), "{reason}");
     assert!(!p.has_row("a"));
     assert!(!p.probe().join("b-ran").exists());
     assert!(!p.probe().join("ep-ran").exists());
