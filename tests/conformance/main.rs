@@ -17,6 +17,7 @@ mod caps;
 mod cli;
 mod compile_bombs;
 mod conformance_map;
+mod controller;
 mod example_branching;
 mod examples;
 mod fanout;

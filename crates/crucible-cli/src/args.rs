@@ -65,6 +65,76 @@ pub enum Command {
     /// Runbook bundles: a `runbook.json` contract around a Markdown procedure.
     #[command(subcommand)]
     Runbook(RunbookCommand),
+    /// Run the controller: a team's packs behind an HTTP API (docs/controller.md).
+    #[command(after_help = SERVE_FOOTER)]
+    Serve(ServeArgs),
+    /// Talk to a controller (`crucible serve`).
+    Remote(RemoteArgs),
+}
+
+const SERVE_FOOTER: &str = "\
+On first start it creates the `admin` user and writes its token to STATE_DIR/admin.token
+(mode 0600); `crucible remote` on the same machine reads it from there.
+
+Examples:
+  crucible serve
+  crucible serve --addr 127.0.0.1:9000 --database postgres://crucible@localhost/crucible";
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = crucible_controller::DEFAULT_ADDR)]
+    pub addr: std::net::SocketAddr,
+    /// Where the database (by default), the pack trees and admin.token live
+    /// (default: $XDG_STATE_HOME/crucible/controller).
+    #[arg(long = "state-dir")]
+    pub state_dir: Option<PathBuf>,
+    /// A `postgres://` URL to store in PostgreSQL instead of STATE_DIR/controller.db.
+    #[arg(long)]
+    pub database: Option<String>,
+    /// The delivery budget: the largest gzipped pack archive, in bytes.
+    #[arg(long = "delivery-budget", value_name = "BYTES", default_value_t = crucible_controller::DEFAULT_DELIVERY_BUDGET)]
+    pub delivery_budget: u64,
+    /// The largest pack upload, in bytes.
+    #[arg(long = "max-upload", value_name = "BYTES", default_value_t = crucible_controller::DEFAULT_MAX_UPLOAD)]
+    pub max_upload: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteArgs {
+    /// The controller (default: the local one).
+    #[arg(long, default_value = "http://127.0.0.1:8870")]
+    pub server: String,
+    /// Where to find admin.token when CRUCIBLE_TOKEN is not set (default: `crucible serve`'s).
+    #[arg(long = "state-dir")]
+    pub state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: RemoteCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteCommand {
+    /// Packs on the controller.
+    #[command(subcommand)]
+    Pack(RemotePackCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemotePackCommand {
+    /// Register a pack directory (a new revision when the name exists); prints its digest.
+    Push(PushArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    /// The pack directory.
+    pub dir: PathBuf,
+    /// The pack's name (default: the directory's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The team (may be left out when you can edit in exactly one).
+    #[arg(long)]
+    pub team: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

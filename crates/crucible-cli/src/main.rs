@@ -12,18 +12,23 @@ mod init;
 mod inspect;
 mod live;
 mod picture;
+mod remote;
 mod run;
 mod runbook;
 
-use args::{Cli, Command, PackCommand, PlanCommand, RunbookCommand};
+use args::{
+    Cli, Command, PackCommand, PlanCommand, RemoteCommand, RemotePackCommand, RunbookCommand,
+};
 use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     ignore_sigxfsz();
     let cli = Cli::parse();
-    if !matches!(&cli.command, Command::Plan(p) if matches!(**p, PlanCommand::Run(_) | PlanCommand::Rerun(_)))
-    {
+    // A run and the controller keep SIGPIPE ignored: a closed stdout must never kill either.
+    let long_lived = matches!(&cli.command, Command::Serve(_))
+        || matches!(&cli.command, Command::Plan(p) if matches!(**p, PlanCommand::Run(_) | PlanCommand::Rerun(_)));
+    if !long_lived {
         restore_sigpipe();
     }
     let result = match cli.command {
@@ -44,6 +49,10 @@ fn main() -> ExitCode {
             RunbookCommand::Seal(a) => runbook::seal(&a),
             RunbookCommand::FromSkill(a) => runbook::from_skill(&a),
             RunbookCommand::ToSkill(a) => runbook::to_skill(&a),
+        },
+        Command::Serve(a) => remote::serve(a),
+        Command::Remote(r) => match &r.command {
+            RemoteCommand::Pack(RemotePackCommand::Push(a)) => remote::pack_push(&r, a),
         },
     };
     match result {

@@ -1,0 +1,75 @@
+//! The controller's store: one `sqlx` `Any` pool over SQLite (a file under the state
+//! directory, the default) or PostgreSQL (by URL), and the migrations that shape it. Queries
+//! are runtime strings with `$n` placeholders, which both backends accept.
+
+use anyhow::{Context, Result};
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::AnyPool;
+use std::borrow::Cow;
+use std::path::Path;
+
+/// The migrations, in order, compiled into the binary so a fresh database needs no files.
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+/// Which database a controller stores into, for the start-up line (never the URL: it may
+/// carry a password).
+pub fn describe(url: &str) -> &'static str {
+    if url.starts_with("postgres") {
+        "postgresql"
+    } else {
+        "sqlite"
+    }
+}
+
+/// The default database: `controller.db` in the state directory, created when missing.
+pub fn default_url(state_dir: &Path) -> String {
+    format!(
+        "sqlite://{}?mode=rwc",
+        state_dir.join("controller.db").display()
+    )
+}
+
+/// Connects and brings the schema up to date.
+pub async fn open(url: &str) -> Result<AnyPool> {
+    sqlx::any::install_default_drivers();
+    let pool = AnyPoolOptions::new()
+        .max_connections(if describe(url) == "sqlite" { 1 } else { 8 })
+        .connect(url)
+        .await
+        .with_context(|| format!("connecting to the {} database", describe(url)))?;
+    let migrations: Vec<Migration> = MIGRATIONS
+        .iter()
+        .map(|(version, name, sql)| {
+            Migration::new(
+                *version,
+                Cow::Borrowed(*name),
+                MigrationType::Simple,
+                Cow::Borrowed(*sql),
+                false,
+            )
+        })
+        .collect();
+    let migrator = Migrator {
+        migrations: Cow::Owned(migrations),
+        ..Migrator::DEFAULT
+    };
+    migrator
+        .run(&pool)
+        .await
+        .context("migrating the controller database")?;
+    Ok(pool)
+}
+
+/// Unix milliseconds, the schema's time unit.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A new time-ordered identifier.
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}

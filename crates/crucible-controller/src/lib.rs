@@ -1,0 +1,134 @@
+//! The controller (issue 12): `crucible serve`, a team's packs behind an HTTP/JSON API, stored
+//! in SQLite (default) or PostgreSQL, pack trees content-addressed under the state directory.
+//! The CLI only parses and prints; everything the server does is here, one module per concern:
+//! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `trees` (the
+//! tree store and tar ingestion, RFC-0002:C-PACK-BASE), `packs` (registration and reading).
+
+pub mod audit;
+pub mod db;
+pub mod error;
+pub mod identity;
+pub mod packs;
+pub mod trees;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use sqlx::AnyPool;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The address `crucible serve` listens on and `crucible remote` talks to by default.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8870";
+
+/// The delivery budget by default: 700 KiB of gzipped tar, which base64-encoded into a
+/// Kubernetes ConfigMap (binaryData) stays under its 1 MiB object limit (docs/decisions.md).
+pub const DEFAULT_DELIVERY_BUDGET: u64 = 700 * 1024;
+
+/// The largest pack upload by default.
+pub const DEFAULT_MAX_UPLOAD: u64 = 64 * 1024 * 1024;
+
+/// How a controller is started.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub addr: SocketAddr,
+    pub state_dir: PathBuf,
+    /// A `postgres://` or `sqlite://` URL; `None` is `STATE_DIR/controller.db`.
+    pub database: Option<String>,
+    pub delivery_budget_bytes: u64,
+    pub max_upload_bytes: u64,
+}
+
+/// The state every handler shares.
+#[derive(Clone)]
+pub struct App {
+    pub db: AnyPool,
+    pub config: Arc<Config>,
+}
+
+impl App {
+    pub fn trees_dir(&self) -> PathBuf {
+        self.config.state_dir.join("trees")
+    }
+
+    /// Spool and staging space, on the same filesystem as the store so a tree is renamed in.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.config.state_dir.join("tmp")
+    }
+}
+
+/// The default state directory: `$XDG_STATE_HOME/crucible/controller`, else under
+/// `~/.local/state`. `crucible remote` reads `admin.token` from the same place.
+pub fn default_state_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("crucible/controller")
+}
+
+/// The token file the first start writes.
+pub fn admin_token_file(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("admin.token")
+}
+
+/// The routes, under `/v1`.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route(
+            "/v1/health",
+            get(|| async { Json(serde_json::json!({ "ok": true })) }),
+        )
+        .route("/v1/settings", get(settings))
+        .route("/v1/whoami", get(identity::whoami))
+        .route("/v1/teams", post(identity::create_team))
+        .route("/v1/teams/{team}/members", post(identity::add_user))
+        .route("/v1/audit", get(audit::list))
+        .route("/v1/packs", post(packs::push).get(packs::list))
+        .route("/v1/packs/{id}", get(packs::show))
+        .route("/v1/packs/{id}/archive", get(packs::archive))
+        .with_state(app)
+}
+
+/// `GET /v1/settings`: the limits in force, the delivery budget among them (C-PACK-BASE:
+/// the budget is declared and retrievable).
+async fn settings(State(app): State<App>, _caller: identity::Caller) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "delivery_budget_bytes": app.config.delivery_budget_bytes,
+        "max_upload_bytes": app.config.max_upload_bytes,
+    }))
+}
+
+/// Opens the store (bootstrapping the admin on first start), binds, calls `ready` with the
+/// bound address and the start-up facts, then serves until the process is stopped.
+pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -> Result<()> {
+    let state = &config.state_dir;
+    for dir in [state.clone(), state.join("trees"), state.join("tmp")] {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // Spool files and staging trees left by a controller that died mid-upload.
+    for entry in std::fs::read_dir(state.join("tmp"))? {
+        let path = entry?.path();
+        let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+    }
+    let url = config
+        .database
+        .clone()
+        .unwrap_or_else(|| db::default_url(state));
+    let pool = db::open(&url).await?;
+    let bootstrapped = identity::bootstrap(&pool, &admin_token_file(state)).await?;
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .with_context(|| format!("binding {}", config.addr))?;
+    ready(listener.local_addr()?, db::describe(&url), bootstrapped);
+    let app = App {
+        db: pool,
+        config: Arc::new(config),
+    };
+    axum::serve(listener, router(app))
+        .await
+        .context("serving")?;
+    Ok(())
+}

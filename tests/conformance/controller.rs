@@ -1,0 +1,857 @@
+//! The controller (issue 12; RFC-0002:C-PACK-BASE for packs): a real `crucible serve` on
+//! loopback, driven over HTTP and through `crucible remote`. Every test runs once per store:
+//! SQLite always, PostgreSQL when `CRUCIBLE_TEST_POSTGRES` names a server (CI always sets it;
+//! each test gets its own database, so tests run in parallel).
+
+use crate::support::BIN;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Which store a controller under test uses.
+enum Store {
+    Sqlite,
+    /// A database made for this test on the server `CRUCIBLE_TEST_POSTGRES` names.
+    Postgres {
+        admin_url: String,
+        name: String,
+    },
+}
+
+impl Store {
+    fn all() -> Vec<Store> {
+        let mut stores = vec![Store::Sqlite];
+        match std::env::var("CRUCIBLE_TEST_POSTGRES") {
+            Ok(url) if !url.is_empty() => {
+                let name = format!("crucible_test_{}", uuid_like());
+                psql(&url, &format!("CREATE DATABASE {name}"));
+                stores.push(Store::Postgres {
+                    admin_url: url,
+                    name,
+                });
+            }
+            _ => {
+                assert!(
+                    std::env::var_os("CRUCIBLE_REQUIRE_POSTGRES").is_none(),
+                    "CRUCIBLE_REQUIRE_POSTGRES is set but CRUCIBLE_TEST_POSTGRES is not"
+                );
+                eprintln!(
+                    "\n*** SKIPPED: the PostgreSQL pass of the controller tests: set \
+                     CRUCIBLE_TEST_POSTGRES=postgres://USER:PASS@127.0.0.1:5432/postgres \
+                     (docs/controller.md). CI always runs it. ***\n"
+                );
+            }
+        }
+        stores
+    }
+
+    fn database_arg(&self) -> Option<String> {
+        match self {
+            Store::Sqlite => None,
+            Store::Postgres { admin_url, name } => {
+                let (base, _) = admin_url.rsplit_once('/').expect("a URL with a database");
+                Some(format!("{base}/{name}"))
+            }
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Store::Sqlite => "sqlite",
+            Store::Postgres { .. } => "postgresql",
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Store::Postgres { admin_url, name } = self {
+            psql(
+                admin_url,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            );
+        }
+    }
+}
+
+fn psql(url: &str, sql: &str) {
+    let out = Command::new("psql")
+        .args([url, "-q", "-c", sql])
+        .output()
+        .expect("psql (the PostgreSQL client) runs");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn uuid_like() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}_{t}", std::process::id())
+}
+
+/// JSON bodies say so; anything else is a pack upload.
+fn content_type(body: &[u8]) -> &'static str {
+    if body.starts_with(b"{") {
+        "application/json"
+    } else {
+        "application/x-tar"
+    }
+}
+
+/// A running `crucible serve` on an ephemeral loopback port.
+struct Server {
+    child: Child,
+    url: String,
+    state: tempfile::TempDir,
+    admin: String,
+    store: &'static str,
+}
+
+impl Server {
+    fn start(store: &Store, extra: &[&str]) -> Server {
+        let state = tempfile::tempdir().unwrap();
+        let (child, url) = spawn_serve(state.path(), store, extra);
+        let admin = std::fs::read_to_string(state.path().join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Server {
+            child,
+            url,
+            state,
+            admin,
+            store: store.label(),
+        }
+    }
+
+    fn restart(&mut self, store: &Store) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, url) = spawn_serve(self.state.path(), store, &[]);
+        self.child = child;
+        self.url = url;
+    }
+
+    fn call(&self, method: &str, path: &str, token: &str, body: Option<&[u8]>) -> (u16, Value) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let url = format!("{}{path}", self.url);
+        let auth = format!("Bearer {token}");
+        let response = match (method, body) {
+            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+            (_, Some(b)) => agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .header("Content-Type", content_type(b))
+                .send(b),
+            (_, None) => agent.post(&url).header("Authorization", &auth).send_empty(),
+        };
+        let mut response = response.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_vec()
+            .unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, value)
+    }
+
+    fn get(&self, path: &str, token: &str) -> (u16, Value) {
+        self.call("GET", path, token, None)
+    }
+
+    fn post_json(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
+        self.call("POST", path, token, Some(body.to_string().as_bytes()))
+    }
+
+    fn push_tar(&self, name: &str, team: &str, tar: &[u8], token: &str) -> (u16, Value) {
+        self.call(
+            "POST",
+            &format!("/v1/packs?name={name}&team={team}"),
+            token,
+            Some(tar),
+        )
+    }
+
+    /// A new team and a user in it with `role`; returns the user's token.
+    fn team_with_user(&self, team: &str, user: &str, role: &str) -> String {
+        let (s, v) = self.post_json(
+            "/v1/teams",
+            &self.admin,
+            serde_json::json!({ "name": team }),
+        );
+        assert_eq!(s, 200, "{v}");
+        let (s, v) = self.post_json(
+            &format!("/v1/teams/{team}/members"),
+            &self.admin,
+            serde_json::json!({ "name": user, "role": role }),
+        );
+        assert_eq!(s, 200, "{v}");
+        v["token"].as_str().unwrap().to_string()
+    }
+
+    fn archive(&self, id: &str, query: &str, token: &str) -> (u16, Vec<u8>) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent
+            .get(format!("{}/v1/packs/{id}/archive{query}", self.url))
+            .header("Authorization", format!("Bearer {token}"))
+            .call()
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_vec().unwrap())
+    }
+
+    /// Nothing half-stored: no spool or staging file left, and the stored trees are `want`.
+    fn assert_store_clean(&self, trees: usize) {
+        let tmp: Vec<_> = std::fs::read_dir(self.state.path().join("tmp"))
+            .unwrap()
+            .collect();
+        assert!(tmp.is_empty(), "{}: spool left behind: {tmp:?}", self.store);
+        let stored = std::fs::read_dir(self.state.path().join("trees"))
+            .unwrap()
+            .count();
+        assert_eq!(stored, trees, "{}: stored trees", self.store);
+    }
+
+    fn remote(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .arg("remote")
+            .args(["--server", &self.url, "--state-dir"])
+            .arg(self.state.path())
+            .args(args)
+            .env_remove("CRUCIBLE_TOKEN")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_serve(state: &Path, store: &Store, extra: &[&str]) -> (Child, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--state-dir"])
+        .arg(state)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(db) = store.database_arg() {
+        cmd.args(["--database", &db]);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .trim()
+        .strip_prefix("crucible controller listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first:?}"))
+        .to_string();
+    (child, url)
+}
+
+/// A tar with entries exactly as given: raw path bytes, entry type, contents, mode, so tests
+/// can send what no well-behaved archiver would write.
+fn raw_tar(entries: &[(&[u8], tar::EntryType, &[u8], u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, kind, data, mode) in entries {
+        let mut h = tar::Header::new_old();
+        h.as_old_mut().name[..path.len()].copy_from_slice(path);
+        h.set_entry_type(*kind);
+        h.set_size(data.len() as u64);
+        h.set_mode(*mode);
+        h.set_mtime(1_700_000_000);
+        if *kind == tar::EntryType::Symlink || *kind == tar::EntryType::Link {
+            h.set_link_name("target").unwrap();
+        }
+        h.set_cksum();
+        b.append(&h, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+fn file(path: &str, data: &str) -> (Vec<u8>, tar::EntryType, Vec<u8>, u32) {
+    (
+        path.as_bytes().to_vec(),
+        tar::EntryType::Regular,
+        data.as_bytes().to_vec(),
+        0o644,
+    )
+}
+
+fn tar_of(entries: &[(Vec<u8>, tar::EntryType, Vec<u8>, u32)]) -> Vec<u8> {
+    let borrowed: Vec<(&[u8], tar::EntryType, &[u8], u32)> = entries
+        .iter()
+        .map(|(p, k, d, m)| (&p[..], *k, &d[..], *m))
+        .collect();
+    raw_tar(&borrowed)
+}
+
+fn pack_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("prompts")).unwrap();
+    std::fs::write(d.path().join("crucible.toml"), "[pack]\nname = \"p\"\n").unwrap();
+    std::fs::write(d.path().join("prompts/a.md"), "hello\n").unwrap();
+    std::fs::set_permissions(
+        d.path().join("prompts/a.md"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    d
+}
+
+fn pack_digest(dir: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["pack", "digest"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The files of a gzipped delivery archive: path and mode.
+fn delivered(gz: &[u8]) -> Vec<(String, u32, Vec<u8>)> {
+    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    a.entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let path = e.path().unwrap().to_string_lossy().into_owned();
+            let mode = e.header().mode().unwrap();
+            let mut data = Vec::new();
+            e.read_to_end(&mut data).unwrap();
+            (path, mode, data)
+        })
+        .collect()
+}
+
+// Issue 12: the first start creates the admin and writes its token (0600); tokens are stored
+// hashed; a bad token is refused; a restart keeps the admin and does not rewrite the file.
+#[test]
+fn serve_first_start_writes_admin_token_and_stores_it_hashed() {
+    for store in Store::all() {
+        let mut server = Server::start(&store, &[]);
+        let file = server.state.path().join("admin.token");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let (s, me) = server.get("/v1/whoami", &server.admin);
+        assert_eq!(s, 200, "{me}");
+        assert_eq!(me["name"], "admin");
+        assert_eq!(me["teams"][0]["team"], "platform");
+        assert_eq!(me["teams"][0]["role"], "admin");
+        let (s, v) = server.get("/v1/whoami", "cru_not_a_token");
+        assert_eq!(s, 401, "{v}");
+        if let Store::Sqlite = store {
+            let db = std::fs::read(server.state.path().join("controller.db")).unwrap();
+            let token = server.admin.as_bytes();
+            assert!(
+                !db.windows(token.len()).any(|w| w == token),
+                "token stored in clear"
+            );
+        }
+        let before = server.admin.clone();
+        server.restart(&store);
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), before);
+        assert_eq!(server.get("/v1/whoami", &before).0, 200);
+        let (s, audit) = server.get("/v1/audit", &before);
+        assert_eq!(s, 200);
+        assert_eq!(audit["entries"].as_array().unwrap().len(), 1, "{audit}");
+    }
+}
+
+// RFC-0002:C-PACK-BASE — the digest is tree1: over the files, the same as `crucible pack
+// digest`, and does not depend on file mode, timestamps, order or framing in the archive.
+#[test]
+fn pack_base_digest_is_tree1_and_independent_of_archiving() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let dir = pack_dir();
+        let out = server.remote(&["pack", "push", dir.path().to_str().unwrap(), "--name", "p"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = pack_digest(dir.path());
+        assert!(want.starts_with("tree1:"));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want);
+        // The same files, archived otherwise: reversed, `./`-framed, other modes and times.
+        let mut entries = vec![
+            file("./prompts/a.md", "hello\n"),
+            file("./crucible.toml", "[pack]\nname = \"p\"\n"),
+        ];
+        entries[0].3 = 0o400;
+        let (s, v) = server.push_tar("q", "platform", &tar_of(&entries), &server.admin);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["digest"], want.as_str());
+        server.assert_store_clean(1);
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a registration reports the paths it ignored (state, .git, workspace
+// segments), and they are not part of the pack.
+#[test]
+fn pack_base_registration_reports_ignored_paths() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let link = (
+            b"sub/workspace/l".to_vec(),
+            tar::EntryType::Symlink,
+            Vec::new(),
+            0o777,
+        );
+        let tar = tar_of(&[
+            file("a.md", "a"),
+            file("state/runs/x", "x"),
+            file(".git/HEAD", "ref"),
+            link,
+            file("workspace", "a file named workspace"),
+        ]);
+        let (s, v) = server.push_tar("p", "platform", &tar, &server.admin);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(
+            v["ignored"],
+            serde_json::json!([".git/", "state/", "sub/workspace/", "workspace"])
+        );
+        let (s, shown) = server.get(
+            &format!("/v1/packs/{}", v["id"].as_str().unwrap()),
+            &server.admin,
+        );
+        assert_eq!(s, 200);
+        assert_eq!(shown["revisions"][0]["ignored"], v["ignored"]);
+        let (_, gz) = server.archive(v["id"].as_str().unwrap(), "", &server.admin);
+        let paths: Vec<String> = delivered(&gz).into_iter().map(|f| f.0).collect();
+        assert_eq!(paths, vec!["a.md"]);
+        // The CLI reports what it ignored too.
+        let dir = pack_dir();
+        std::fs::create_dir_all(dir.path().join("state")).unwrap();
+        std::fs::write(dir.path().join("state/x"), "").unwrap();
+        let out = server.remote(&["pack", "push", dir.path().to_str().unwrap(), "--name", "d"]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("ignored: state/"));
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a pack path is relative, uses `/`, is UTF-8, and has no empty, `.`
+// or `..` segment and no newline: anything else is refused and nothing is stored.
+#[test]
+fn pack_base_path_rules_refused() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let cases: [(&[u8], &str); 6] = [
+            (b"../escape.md", "`..`"),
+            (b"a/../../escape.md", "`..`"),
+            (b"/etc/passwd", "absolute"),
+            (b"a//b.md", "segment"),
+            (b"a\nb.md", "newline"),
+            (b"caf\xe9.md", "UTF-8"),
+        ];
+        for (path, why) in cases {
+            let tar = raw_tar(&[
+                (b"ok.md", tar::EntryType::Regular, b"ok", 0o644),
+                (path, tar::EntryType::Regular, b"x", 0o644),
+            ]);
+            let (s, v) = server.push_tar("p", "platform", &tar, &server.admin);
+            assert_eq!(s, 422, "{}: {v}", String::from_utf8_lossy(path));
+            assert!(v["error"].as_str().unwrap().contains(why), "{why}: {v}");
+        }
+        server.assert_store_clean(0);
+        assert_eq!(
+            server.get("/v1/packs", &server.admin).1["packs"],
+            serde_json::json!([])
+        );
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a symbolic link or another non-regular file outside an excluded
+// segment is refused (a link under `state/` is only ignored); nothing is stored.
+#[test]
+fn pack_base_links_and_non_regular_files_refused() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        for kind in [
+            tar::EntryType::Symlink,
+            tar::EntryType::Link,
+            tar::EntryType::Fifo,
+            tar::EntryType::Char,
+        ] {
+            let tar = raw_tar(&[
+                (b"ok.md", tar::EntryType::Regular, b"ok", 0o644),
+                (b"dir/x", kind, b"", 0o644),
+            ]);
+            let (s, v) = server.push_tar("p", "platform", &tar, &server.admin);
+            assert_eq!(s, 422, "{kind:?}: {v}");
+            let e = v["error"].as_str().unwrap();
+            assert!(
+                e.starts_with("dir/x:") && e.contains("regular files only"),
+                "{e}"
+            );
+        }
+        server.assert_store_clean(0);
+        // The CLI refuses a linked file before sending anything, naming it.
+        let dir = pack_dir();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("evil")).unwrap();
+        let out = server.remote(&["pack", "push", dir.path().to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("evil"));
+    }
+}
+
+// RFC-0002:C-PACK-BASE — one file's path followed by `/` may not be a prefix of another's
+// (`a` and `a/b`), in either order; a path twice is refused too.
+#[test]
+fn pack_base_path_prefix_of_another_refused() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        for entries in [
+            vec![file("a", "1"), file("a/b", "2")],
+            vec![file("a/b", "2"), file("a", "1")],
+            vec![file("x/a", "1"), file("x/a/b/c", "2")],
+        ] {
+            let (s, v) = server.push_tar("p", "platform", &tar_of(&entries), &server.admin);
+            assert_eq!(s, 422, "{v}");
+            assert!(v["error"].as_str().unwrap().contains("prefix"), "{v}");
+        }
+        let (s, v) = server.push_tar(
+            "p",
+            "platform",
+            &tar_of(&[file("a", "1"), file("a", "2")]),
+            &server.admin,
+        );
+        assert_eq!(s, 422, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("twice"), "{v}");
+        server.assert_store_clean(0);
+    }
+}
+
+// RFC-0002:C-PACK-BASE — every pack file is delivered with mode 0755, whatever mode it had.
+#[test]
+fn pack_base_files_delivered_with_mode_0755() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let mut entries = vec![file("run.sh", "#!/bin/sh\n"), file("prompts/a.md", "a")];
+        entries[0].3 = 0o700;
+        entries[1].3 = 0o400;
+        let (s, v) = server.push_tar("p", "platform", &tar_of(&entries), &server.admin);
+        assert_eq!(s, 200, "{v}");
+        let (s, gz) = server.archive(v["id"].as_str().unwrap(), "", &server.admin);
+        assert_eq!(s, 200);
+        let files = delivered(&gz);
+        assert_eq!(files.len(), 2);
+        for (path, mode, _) in &files {
+            assert_eq!(*mode, 0o755, "{path}");
+        }
+        assert_eq!(v["delivered_bytes"].as_u64().unwrap(), gz.len() as u64);
+    }
+}
+
+// RFC-0002:C-PACK-BASE — the delivery budget is declared and retrievable, and a registration
+// whose delivered archive exceeds it is refused naming the budget and the size.
+#[test]
+fn pack_base_delivery_budget_declared_and_enforced_at_registration() {
+    for store in Store::all() {
+        let server = Server::start(&store, &["--delivery-budget", "2048"]);
+        let (s, v) = server.get("/v1/settings", &server.admin);
+        assert_eq!(s, 200);
+        assert_eq!(v["delivery_budget_bytes"], 2048);
+        let (s, v) = server.push_tar(
+            "small",
+            "platform",
+            &tar_of(&[file("a", "tiny")]),
+            &server.admin,
+        );
+        assert_eq!(s, 200, "{v}");
+        // Incompressible content well over 2 KiB gzipped.
+        let mut x = 1u64;
+        let noise: String = (0..8000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                char::from(b'!' + ((x >> 33) % 90) as u8)
+            })
+            .collect();
+        let (s, v) = server.push_tar(
+            "big",
+            "platform",
+            &tar_of(&[file("noise", &noise)]),
+            &server.admin,
+        );
+        assert_eq!(s, 422, "{v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(
+            e.contains("delivery budget of 2048 bytes") && e.contains("bytes, over"),
+            "{e}"
+        );
+        server.assert_store_clean(1);
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a pack records its current and every prior revision, and the stored
+// tree of each stays retrievable under its digest.
+#[test]
+fn pack_base_prior_revisions_keep_their_trees() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let (_, v1) = server.push_tar("p", "platform", &tar_of(&[file("a", "one")]), &server.admin);
+        let (_, v2) = server.push_tar("p", "platform", &tar_of(&[file("a", "two")]), &server.admin);
+        assert_eq!(v1["id"], v2["id"]);
+        assert_eq!(v2["revision"], 2);
+        let (_, same) =
+            server.push_tar("p", "platform", &tar_of(&[file("a", "two")]), &server.admin);
+        assert_eq!(same["changed"], false);
+        let id = v1["id"].as_str().unwrap();
+        let (_, shown) = server.get(&format!("/v1/packs/{id}"), &server.admin);
+        assert_eq!(shown["digest"], v2["digest"]);
+        assert_eq!(shown["revisions"].as_array().unwrap().len(), 2);
+        let d1 = v1["digest"].as_str().unwrap();
+        let (s, gz) = server.archive(id, &format!("?digest={d1}"), &server.admin);
+        assert_eq!(s, 200);
+        assert_eq!(delivered(&gz)[0].2, b"one");
+        let (s, _) = server.archive(id, "?digest=tree1:0000", &server.admin);
+        assert_eq!(s, 404);
+    }
+}
+
+// Issue 12 — read scoping: a second team sees none of the first team's packs, and every
+// refusal for them is indistinguishable from a pack that does not exist; a token cannot act
+// in another team; a viewer cannot register; every change is audited with its subject.
+#[test]
+fn read_scoping_another_team_sees_nothing_and_cannot_tell() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let red = server.team_with_user("red", "rita", "editor");
+        let blue = server.team_with_user("blue", "bo", "editor");
+        let (s, v) = server.post_json(
+            "/v1/teams",
+            &server.admin,
+            serde_json::json!({ "name": "bo" }),
+        );
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (422, Some("the name `bo` is taken"))
+        );
+        let watcher = {
+            let (s, v) = server.post_json(
+                "/v1/teams/red/members",
+                &server.admin,
+                serde_json::json!({ "name": "vic", "role": "viewer" }),
+            );
+            assert_eq!(s, 200, "{v}");
+            v["token"].as_str().unwrap().to_string()
+        };
+        let (s, v) = server.push_tar("secret", "red", &tar_of(&[file("a", "x")]), &red);
+        assert_eq!(s, 200, "{v}");
+        let id = v["id"].as_str().unwrap();
+        // Blue lists nothing; its answer for red's pack equals the one for a missing id, once
+        // the id in the wording is the one asked for.
+        assert_eq!(
+            server.get("/v1/packs", &blue).1["packs"],
+            serde_json::json!([])
+        );
+        let (s1, e1) = server.get(&format!("/v1/packs/{id}"), &blue);
+        let missing = "01900000-0000-7000-8000-000000000000";
+        let (s2, e2) = server.get(&format!("/v1/packs/{missing}"), &blue);
+        assert_eq!((s1, s2), (404, 404));
+        assert_eq!(
+            e1["error"].as_str().unwrap().replace(id, "ID"),
+            e2["error"].as_str().unwrap().replace(missing, "ID")
+        );
+        assert_eq!(server.archive(id, "", &blue).0, 404);
+        // Blue cannot push into red, and cannot tell red from a team that does not exist.
+        let (s1, e1) = server.push_tar("p", "red", &tar_of(&[file("a", "y")]), &blue);
+        let (s2, e2) = server.push_tar("p", "nosuch", &tar_of(&[file("a", "y")]), &blue);
+        assert_eq!((s1, s2), (404, 404));
+        assert_eq!(
+            e1["error"].as_str().unwrap().replace("red", "T"),
+            e2["error"].as_str().unwrap().replace("nosuch", "T")
+        );
+        // A viewer reads but may not register.
+        assert_eq!(
+            server.get("/v1/packs", &watcher).1["packs"][0]["name"],
+            "secret"
+        );
+        let (s, e) = server.push_tar("p", "red", &tar_of(&[file("a", "z")]), &watcher);
+        assert_eq!(s, 403, "{e}");
+        // Over the CLI: a refusal exits 1 with the controller's reason.
+        let dir = pack_dir();
+        let out = Command::new(BIN)
+            .args(["remote", "--server", &server.url, "pack", "push"])
+            .arg(dir.path())
+            .args(["--team", "red"])
+            .env("CRUCIBLE_TOKEN", &blue)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("team `red` not found"));
+        let (_, audit) = server.get("/v1/audit", &server.admin);
+        let actions: Vec<(String, String)> = audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["subject"].as_str().unwrap().to_string(),
+                    e["action"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert!(
+            actions.contains(&("rita".into(), "pack.register".into())),
+            "{actions:?}"
+        );
+        assert!(
+            actions.contains(&("admin".into(), "team.create".into())),
+            "{actions:?}"
+        );
+        assert_eq!(server.get("/v1/audit", &blue).0, 403);
+    }
+}
+
+// Issue 12 — bad uploads: a malformed tar is refused; a 1 GB upload is refused as soon as it
+// is declared, and one streamed without a length is cut off at the limit, not buffered.
+#[test]
+fn malformed_and_oversized_uploads_refused_without_storing() {
+    for store in Store::all() {
+        let server = Server::start(&store, &["--max-upload", "1048576"]);
+        let mut garbage = tar_of(&[file("a", "x")]);
+        garbage[148..156].copy_from_slice(b"0000000\0"); // a wrong header checksum
+        let (s, v) = server.push_tar("p", "platform", &garbage, &server.admin);
+        assert_eq!(s, 400, "{v}");
+        assert!(
+            v["error"].as_str().unwrap().starts_with("malformed tar"),
+            "{v}"
+        );
+        let (s, v) = server.push_tar(
+            "p",
+            "platform",
+            b"not a tar: shorter than one block",
+            &server.admin,
+        );
+        assert_eq!(s, 400, "{v}");
+        let (s, v) = server.push_tar("p", "platform", b"", &server.admin);
+        assert_eq!(s, 422, "{v}");
+        assert!(
+            v["error"].as_str().unwrap().contains("no pack files"),
+            "{v}"
+        );
+        let addr = server.url.strip_prefix("http://").unwrap();
+        // Declared 1 GB: refused before the body is read.
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            c,
+            "POST /v1/packs?name=p&team=platform HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Content-Length: 1073741824\r\n\r\n",
+            server.admin
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        c.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 413");
+        // Chunked, no length: the controller stops reading at the limit and refuses; the
+        // sender is cut off long before its gigabyte (the answer may be lost to the reset).
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            c,
+            "POST /v1/packs?name=p&team=platform HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n",
+            server.admin
+        )
+        .unwrap();
+        // Bounded either way: a controller that neither reads nor closes fails the test.
+        c.set_write_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let mut reader = c.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let chunk = vec![0u8; 64 * 1024];
+            let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
+            let mut sent = 0u64;
+            while sent < 1 << 30 && c.write_all(&framed).is_ok() {
+                sent += chunk.len() as u64;
+            }
+            sent
+        });
+        let mut head = Vec::new();
+        let _ = (&mut reader).take(12).read_to_end(&mut head);
+        assert!(
+            head.is_empty() || head == b"HTTP/1.1 413",
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+        let _ = reader.shutdown(std::net::Shutdown::Both);
+        let sent = writer.join().unwrap();
+        assert!(
+            sent < 64 << 20,
+            "the controller read {sent} bytes past its 1 MiB limit"
+        );
+        server.assert_store_clean(0);
+    }
+}
+
+// Issue 12 — concurrent pushes of one pack: each is stored whole or refused whole, and the
+// revisions recorded are consecutive with the last one current.
+#[test]
+fn concurrent_pushes_of_one_pack_stay_consistent() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let results: Vec<(u16, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let server = &server;
+                    s.spawn(move || {
+                        server.push_tar(
+                            "p",
+                            "platform",
+                            &tar_of(&[file("a", &i.to_string())]),
+                            &server.admin,
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ok = results.iter().filter(|(s, _)| *s == 200).count();
+        for (s, v) in &results {
+            assert!(
+                *s == 200 || (*s == 422 && v["error"].as_str().unwrap().contains("push again")),
+                "{v}"
+            );
+        }
+        assert!(ok >= 1);
+        let id = results.iter().find(|(s, _)| *s == 200).unwrap().1["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (_, shown) = server.get(&format!("/v1/packs/{id}"), &server.admin);
+        let revs = shown["revisions"].as_array().unwrap();
+        assert_eq!(revs.len(), ok, "{shown}");
+        for (i, r) in revs.iter().enumerate() {
+            assert_eq!(r["revision"], i as u64 + 1);
+        }
+        assert_eq!(shown["digest"], revs.last().unwrap()["digest"]);
+    }
+}
