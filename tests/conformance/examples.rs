@@ -132,6 +132,7 @@ fn audit_example_reports_on_every_crate() {
     for c in [
         "crucible-agent",
         "crucible-cli",
+        "crucible-controller",
         "crucible-dsl",
         "crucible-engine",
         "crucible-pack",
