@@ -926,3 +926,64 @@ fn a_resume_kills_what_the_dead_engine_left_running() {
     );
     assert_eq!(p.row("slow")["status"], "pass");
 }
+
+// RFC-0002:C-PLAYBOOK-RESUME after a pack (issue 18): a run packs its git memory's loose
+// objects when it ends, so a resume after it rebuilds the workspace from packed objects only;
+// it goes on, commits onto the packed history, and leaves the memory whole and packed again.
+#[test]
+fn a_resume_after_the_memory_was_packed_goes_on_from_it() {
+    let p = Pack::playbook(&format!(
+        "{}{}{}",
+        ledgered("one", "echo 1 > one.txt; echo '{}'", ""),
+        ledgered(
+            "two",
+            "echo 2 > two.txt; echo '{}'",
+            "depends_on = [\"one\"]"
+        ),
+        ledgered(
+            "three",
+            "echo 3 > three.txt; echo '{}'",
+            "depends_on = [\"two\"]"
+        ),
+    ));
+    with_upstream_repo(&p);
+    let ledger = Ledger::new();
+    assert_eq!(run_with(&p, &ledger, &[]).code, 0);
+    let memory = p.state().join("runs").join(current(&p)).join("memory");
+    let loose = || {
+        std::fs::read_dir(memory.join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|d| d.file_name().len() == 2)
+            .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+            .sum::<usize>()
+    };
+    assert_eq!(loose(), 0, "the ended run's objects are all packed");
+    cut_log(&p, |l| l["kind"] != "shutdown" && l["task"] != "three");
+    std::fs::remove_file(&ledger.path).unwrap();
+    let r = run_with(&p, &ledger, &["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(ledger.entries(), ["three"]);
+    assert_eq!(loose(), 0);
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&memory)
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    git(&["fsck", "--strict", "--no-dangling"]);
+    assert_eq!(git(&["show", "HEAD:three.txt"]), "3\n");
+    for task in ["one", "two", "three"] {
+        git(&[
+            "rev-parse",
+            "--verify",
+            &format!("refs/crucible/tasks/{task}"),
+        ]);
+    }
+}

@@ -1306,7 +1306,7 @@ impl Coord<'_> {
         }
         // Disposable worktrees whose removal had not finished yet.
         let _ = std::fs::remove_dir_all(self.ctx.run_dir.join("worktrees"));
-        self.ctx.memory.save().map_err(state_err("git memory"))?;
+        self.ctx.memory.finish().map_err(state_err("git memory"))?;
         let elapsed = (self.started.elapsed() + self.prior_elapsed).as_secs_f64();
         let spent = self.spent;
         let mut file = self.writer.finish().map_err(state_err("session log"))?;

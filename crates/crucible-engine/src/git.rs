@@ -365,7 +365,7 @@ pub fn commit_restored(ws: &Path) -> Result<Option<Oid>, GitError> {
 /// files that only describe the current state.
 ///
 /// A task commit creates its objects and its task ref, nothing else: HEAD and the index are
-/// kept here and saved every [`SAVE_EVERY`] commits and by [`Memory::save`] at the end of the
+/// kept here and saved every [`SAVE_EVERY`] commits and by [`Memory::finish`] at the end of the
 /// run. Each save replaces a file (a lock file renamed over it), and file replacement is what
 /// the kernel charges most for when it comes thousands of times a minute. Neither file is
 /// needed to resume a run killed between saves (resumption rebuilds the workspace and HEAD
@@ -379,12 +379,20 @@ struct Held {
     head: Oid,
     /// Task commits since HEAD and the index were last saved.
     unsaved: u32,
+    /// Task commits since the loose objects were last packed.
+    unpacked: u32,
 }
 
 /// How many task commits may pass between saves of HEAD and the index. Between saves every
 /// file written since the last one is "racily clean" for git (not older than the index file),
 /// so it is hashed again by each commit: the bound keeps that work small and constant.
 const SAVE_EVERY: u32 = 32;
+
+/// How many task commits may leave their objects loose before they are packed. A loose
+/// object is a whole compressed file (a 4 KiB block at least, and a flat directory's tree is
+/// rewritten whole by every commit); packed, each is a delta against a similar one. Packing
+/// costs in proportion to what it packs, so a fixed interval keeps it linear in the run.
+const PACK_EVERY: u32 = 256;
 
 impl Memory {
     /// Opens the memory through the workspace's `.git` link, which names the work tree.
@@ -403,6 +411,7 @@ impl Memory {
             repo,
             head,
             unsaved: 0,
+            unpacked: 0,
         })))
     }
 
@@ -431,10 +440,14 @@ impl Memory {
         checkout_to(&held.repo, held.head, dir)
     }
 
-    /// Writes HEAD and the index as the last commit left them, so the git CLI sees the run's
-    /// history and a clean work tree. The run calls it when it ends.
-    pub fn save(&self) -> Result<(), GitError> {
-        self.held().save()
+    /// Packs the loose objects and writes HEAD and the index as the last commit left them, so
+    /// the memory is small and the git CLI sees the run's history and a clean work tree. The
+    /// run calls it when it ends.
+    pub fn finish(&self) -> Result<(), GitError> {
+        let mut held = self.held();
+        pack_loose(&held.repo)?;
+        held.unpacked = 0;
+        held.save()
     }
 }
 
@@ -461,6 +474,11 @@ impl Held {
         self.unsaved += 1;
         if self.unsaved >= SAVE_EVERY {
             self.save()?;
+        }
+        self.unpacked += 1;
+        if self.unpacked >= PACK_EVERY {
+            pack_loose(&self.repo)?;
+            self.unpacked = 0;
         }
         Ok(Some(oid))
     }
@@ -504,6 +522,48 @@ impl Held {
         }
         Ok(())
     }
+}
+
+/// Moves every loose object into one new pack, delta-compressed by libgit2's pack builder,
+/// then removes the loose copies. Crash-safe at every point: the pack and its index are
+/// complete (written under temporary names and renamed) before any loose object is removed,
+/// and an object both loose and packed is just found twice. The fan-out directories stay, so
+/// the next loose objects need no `mkdir`.
+fn pack_loose(repo: &Repository) -> Result<(), GitError> {
+    let objects = repo.path().join("objects");
+    let mut loose = Vec::new();
+    for dir in std::fs::read_dir(&objects).map_err(ioerr("git objects".into()))? {
+        let dir = dir.map_err(ioerr("git objects".into()))?;
+        let fan = dir.file_name().to_string_lossy().into_owned();
+        if fan.len() != 2 || !fan.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        for file in std::fs::read_dir(dir.path()).map_err(ioerr("git objects".into()))? {
+            let file = file.map_err(ioerr("git objects".into()))?;
+            let rest = file.file_name().to_string_lossy().into_owned();
+            // Anything else here (a temporary file a crash left) is not an object.
+            let oid = Oid::from_str(&format!("{fan}{rest}")).ok();
+            if let Some(oid) = oid.filter(|_| rest.len() == 38) {
+                loose.push((oid, file.path()));
+            }
+        }
+    }
+    if loose.is_empty() {
+        return Ok(());
+    }
+    let mut builder = repo.packbuilder().map_err(gerr("cannot pack objects"))?;
+    for (oid, _) in &loose {
+        builder
+            .insert_object(*oid, None)
+            .map_err(gerr("cannot pack objects"))?;
+    }
+    builder
+        .write(&objects.join("pack"), 0)
+        .map_err(gerr("cannot write a pack"))?;
+    for (_, path) in &loose {
+        std::fs::remove_file(path).map_err(ioerr(format!("cannot remove {}", path.display())))?;
+    }
+    Ok(())
 }
 
 /// Points HEAD (the branch it names, or HEAD itself when detached) at `commit`, unless it is
@@ -749,7 +809,7 @@ mod tests {
         std::fs::create_dir_all(ws.join("junk/deep")).unwrap();
         std::fs::write(ws.join("junk/deep/x"), "x").unwrap();
         memory.discard().unwrap();
-        memory.save().unwrap();
+        memory.finish().unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("seed.txt")).unwrap(),
             "seed"
