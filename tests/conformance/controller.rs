@@ -306,6 +306,19 @@ fn tar_of(entries: &[(Vec<u8>, tar::EntryType, Vec<u8>, u32)]) -> Vec<u8> {
     raw_tar(&borrowed)
 }
 
+/// 8000 pseudo-random printable bytes: well over 2 KiB however gzip tries.
+fn noise() -> String {
+    let mut x = 1u64;
+    (0..8000)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            char::from(b'!' + ((x >> 33) % 90) as u8)
+        })
+        .collect()
+}
+
 fn pack_dir() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("prompts")).unwrap();
@@ -584,15 +597,7 @@ fn pack_base_delivery_budget_declared_and_enforced_at_registration() {
         );
         assert_eq!(s, 200, "{v}");
         // Incompressible content well over 2 KiB gzipped.
-        let mut x = 1u64;
-        let noise: String = (0..8000)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                char::from(b'!' + ((x >> 33) % 90) as u8)
-            })
-            .collect();
+        let noise = noise();
         let (s, v) = server.push_tar(
             "big",
             "platform",
@@ -853,5 +858,248 @@ fn concurrent_pushes_of_one_pack_stay_consistent() {
             assert_eq!(r["revision"], i as u64 + 1);
         }
         assert_eq!(shown["digest"], revs.last().unwrap()["digest"]);
+    }
+}
+
+impl Server {
+    fn save_draft(&self, name: &str, base: Option<&str>, tar: &[u8], token: &str) -> (u16, Value) {
+        let base = base.map(|b| format!("&base={b}")).unwrap_or_default();
+        self.call(
+            "POST",
+            &format!("/v1/drafts?name={name}{base}"),
+            token,
+            Some(tar),
+        )
+    }
+}
+
+/// A pack registered in the platform team; returns (id, digest).
+fn registered(server: &Server, name: &str, files: &[(&str, &str)]) -> (String, String) {
+    let entries: Vec<_> = files.iter().map(|(p, d)| file(p, d)).collect();
+    let (s, v) = server.push_tar(name, "platform", &tar_of(&entries), &server.admin);
+    assert_eq!(s, 200, "{v}");
+    (
+        v["id"].as_str().unwrap().into(),
+        v["digest"].as_str().unwrap().into(),
+    )
+}
+
+// RFC-0002:C-PACK-BASE — a base not available to the caller is refused with one refusal that
+// names the digest as given, the same for a missing base, another team's base and a malformed
+// one, and before any check that depends on the base (here: a link in the overlay).
+#[test]
+fn pack_base_unavailable_base_refused_alike() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let (_, mine) = registered(&server, "base", &[("a", "1")]);
+        let blue = server.team_with_user("blue", "bo", "editor");
+        let missing = format!("tree1:{}", "0".repeat(64));
+        let link = raw_tar(&[(b"l", tar::EntryType::Symlink, b"", 0o777)]);
+        for base in [mine.as_str(), missing.as_str(), "nonsense"] {
+            let (s, v) = server.save_draft("d", Some(base), &link, &blue);
+            assert_eq!(s, 422, "{v}");
+            assert_eq!(v["error"], format!("the base `{base}` is not available"));
+        }
+        // Readable, the same base is used (and the link is what is refused).
+        let path = format!("/v1/drafts?name=d&team=platform&base={mine}");
+        let (s, v) = server.call("POST", &path, &server.admin, Some(&link));
+        assert_eq!(s, 422);
+        assert!(
+            v["error"].as_str().unwrap().contains("regular files only"),
+            "{v}"
+        );
+        server.assert_store_clean(1);
+    }
+}
+
+// RFC-0002:C-PACK-BASE — saving on a base flattens: an overlay file replaces the base file at
+// its path whole, every other base file is kept, nothing is merged or removed; an empty
+// overlay's version has the base's digest; the digest is that of the flattened files.
+#[test]
+fn pack_base_flatten_overlay_replaces_whole_files() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let (_, base) = registered(
+            &server,
+            "base",
+            &[
+                ("a.md", "one\ntwo\n"),
+                ("keep.md", "kept"),
+                ("dir/c.md", "c"),
+            ],
+        );
+        let overlay = tar_of(&[file("a.md", "two\n"), file("new.md", "added")]);
+        let (s, v) = server.save_draft("d", Some(&base), &overlay, &server.admin);
+        assert_eq!(s, 200, "{v}");
+        let want = tempfile::tempdir().unwrap();
+        for (p, d) in [
+            ("a.md", "two\n"),
+            ("keep.md", "kept"),
+            ("dir/c.md", "c"),
+            ("new.md", "added"),
+        ] {
+            std::fs::create_dir_all(want.path().join(p).parent().unwrap()).unwrap();
+            std::fs::write(want.path().join(p), d).unwrap();
+        }
+        assert_eq!(v["digest"], pack_digest(want.path()).as_str());
+        let (s, v) = server.save_draft("d", Some(&base), &tar_of(&[]), &server.admin);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["digest"], base.as_str());
+        assert_eq!(v["version"], 2);
+        // An overlay equal to part of the base changes nothing either.
+        let (_, v) = server.save_draft(
+            "d",
+            Some(&base),
+            &tar_of(&[file("keep.md", "kept")]),
+            &server.admin,
+        );
+        assert_eq!(v["digest"], base.as_str());
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a path that is a prefix of another is refused across base and
+// overlay, in both directions.
+#[test]
+fn pack_base_prefix_across_base_and_overlay_refused() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let (_, base) = registered(&server, "base", &[("a/b", "1"), ("c", "2")]);
+        for overlay in [vec![file("a", "x")], vec![file("c/d", "y")]] {
+            let (s, v) = server.save_draft("d", Some(&base), &tar_of(&overlay), &server.admin);
+            assert_eq!(s, 422, "{v}");
+            assert!(v["error"].as_str().unwrap().contains("prefix"), "{v}");
+        }
+        server.assert_store_clean(1);
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a version on a base records and returns its provenance (base
+// digest, the overlay's own digest, every overlay path and which replaced a base path), and
+// reports the readable packs holding the base as a prior revision with their current one,
+// never a pack the caller may not read.
+#[test]
+fn pack_base_draft_provenance_recorded_and_returned() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        // Red registers the base and moves on from it.
+        let rita = server.team_with_user("red", "rita", "editor");
+        let push = |team: &str, name: &str, b: &str, token: &str| {
+            let (s, v) =
+                server.push_tar(name, team, &tar_of(&[file("a", "1"), file("b", b)]), token);
+            assert_eq!(s, 200, "{v}");
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["digest"].as_str().unwrap().to_string(),
+            )
+        };
+        let (pack, base) = push("red", "base", "2", &rita);
+        let (_, current) = push("red", "base", "3", &rita);
+        // Blue registers the same tree and moves on too: rita may not read it.
+        let blue = server.team_with_user("blue", "bo", "editor");
+        push("blue", "mirror", "2", &blue);
+        push("blue", "mirror", "4", &blue);
+        let overlay = [file("b", "new"), file("c", "added")];
+        let (s, v) = server.save_draft("d", Some(&base), &tar_of(&overlay), &rita);
+        assert_eq!(s, 200, "{v}");
+        let own = tempfile::tempdir().unwrap();
+        std::fs::write(own.path().join("b"), "new").unwrap();
+        std::fs::write(own.path().join("c"), "added").unwrap();
+        let want = serde_json::json!({
+            "base_digest": base,
+            "overlay_digest": pack_digest(own.path()),
+            "overlay_paths": [{"path": "b", "replaced": true}, {"path": "c", "replaced": false}],
+        });
+        assert_eq!(v["provenance"], want);
+        let moved = serde_json::json!([{"id": pack, "team": "red", "name": "base", "current_digest": current}]);
+        assert_eq!(v["base_moved_on"], moved);
+        let draft = format!("/v1/drafts/{}", v["id"].as_str().unwrap());
+        let (s, shown) = server.get(&draft, &rita);
+        assert_eq!(s, 200);
+        assert_eq!(shown["versions"][0]["provenance"], want);
+        assert_eq!(shown["versions"][0]["base_moved_on"], moved);
+        // Blue cannot read the draft, and cannot tell.
+        let (s, e) = server.get(&draft, &blue);
+        assert_eq!(s, 404, "{e}");
+        // The CLI saves on a base and prints the version's digest.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b"), "new").unwrap();
+        std::fs::write(dir.path().join("c"), "added").unwrap();
+        let out = server.remote(&[
+            "draft",
+            "save",
+            "d",
+            dir.path().to_str().unwrap(),
+            "--base",
+            &base,
+            "--team",
+            "red",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            v["digest"].as_str().unwrap()
+        );
+    }
+}
+
+// RFC-0002:C-PACK-BASE — the delivery budget is enforced at save, on the flattened tree,
+// naming the budget and the size.
+#[test]
+fn pack_base_delivery_budget_enforced_at_save() {
+    for store in Store::all() {
+        let server = Server::start(&store, &["--delivery-budget", "2048"]);
+        let noise = noise();
+        let (s, v) = server.save_draft("d", None, &tar_of(&[file("noise", &noise)]), &server.admin);
+        assert_eq!(s, 422, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("delivery budget of 2048 bytes"),
+            "{v}"
+        );
+        server.assert_store_clean(0);
+    }
+}
+
+// Issue 12 — concurrent saves of one draft: every save gets its own version, none lost.
+#[test]
+fn concurrent_saves_of_one_draft_get_distinct_versions() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let results: Vec<(u16, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let server = &server;
+                    s.spawn(move || {
+                        server.save_draft(
+                            "d",
+                            None,
+                            &tar_of(&[file("a", &i.to_string())]),
+                            &server.admin,
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut versions: Vec<u64> = results
+            .iter()
+            .map(|(s, v)| {
+                assert_eq!(*s, 200, "{v}");
+                v["version"].as_u64().unwrap()
+            })
+            .collect();
+        versions.sort();
+        assert_eq!(versions, (1..=8).collect::<Vec<u64>>());
+        let (_, shown) = server.get(
+            &format!("/v1/drafts/{}", results[0].1["id"].as_str().unwrap()),
+            &server.admin,
+        );
+        assert_eq!(shown["versions"].as_array().unwrap().len(), 8);
     }
 }

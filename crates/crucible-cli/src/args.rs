@@ -117,6 +117,30 @@ pub enum RemoteCommand {
     /// Packs on the controller.
     #[command(subcommand)]
     Pack(RemotePackCommand),
+    /// Drafts on the controller: versions, optionally on a base pack.
+    #[command(subcommand)]
+    Draft(RemoteDraftCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteDraftCommand {
+    /// Save a directory as the draft's next version (on a base: the directory is the overlay);
+    /// prints the version's digest.
+    Save(DraftSaveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DraftSaveArgs {
+    /// The draft's name (created on its first save).
+    pub name: String,
+    /// The directory: the whole pack, or with --base the files placed over the base's.
+    pub dir: PathBuf,
+    /// The digest of a pack revision you can read, to save over.
+    #[arg(long)]
+    pub base: Option<String>,
+    /// The team (may be left out when you can edit in exactly one).
+    #[arg(long)]
+    pub team: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

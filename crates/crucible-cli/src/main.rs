@@ -17,7 +17,8 @@ mod run;
 mod runbook;
 
 use args::{
-    Cli, Command, PackCommand, PlanCommand, RemoteCommand, RemotePackCommand, RunbookCommand,
+    Cli, Command, PackCommand, PlanCommand, RemoteCommand, RemoteDraftCommand, RemotePackCommand,
+    RunbookCommand,
 };
 use clap::Parser;
 use std::process::ExitCode;
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => remote::serve(a),
         Command::Remote(r) => match &r.command {
             RemoteCommand::Pack(RemotePackCommand::Push(a)) => remote::pack_push(&r, a),
+            RemoteCommand::Draft(RemoteDraftCommand::Save(a)) => remote::draft_save(&r, a),
         },
     };
     match result {

@@ -2,7 +2,7 @@
 //! one HTTP call out, the controller's answer printed. A refusal exits 1 with the
 //! controller's own reason.
 
-use crate::args::{PushArgs, RemoteArgs, ServeArgs};
+use crate::args::{DraftSaveArgs, PushArgs, RemoteArgs, ServeArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_plan::terminal::escape;
 use std::io::Write;
@@ -101,12 +101,6 @@ fn agent() -> ureq::Agent {
 }
 
 pub fn pack_push(r: &RemoteArgs, a: &PushArgs) -> Result<ExitCode> {
-    let token = token(r)?;
-    let listing = crucible_pack::files::pack_files(&a.dir)
-        .map_err(|e| anyhow!("{}: {e}", a.dir.display()))?;
-    for p in &listing.ignored {
-        eprintln!("ignored: {}", escape(p));
-    }
     let name = match &a.name {
         Some(n) => n.clone(),
         None => std::fs::canonicalize(&a.dir)?
@@ -115,18 +109,59 @@ pub fn pack_push(r: &RemoteArgs, a: &PushArgs) -> Result<ExitCode> {
             .map(str::to_string)
             .ok_or_else(|| anyhow!("name the pack with --name"))?,
     };
-    let tar = crucible_controller::trees::write_tar(&a.dir, &listing.files, Vec::new())
-        .with_context(|| format!("archiving {}", a.dir.display()))?;
-    let url = format!("{}/v1/packs", r.server.trim_end_matches('/'));
+    let mut query = vec![("name", name)];
+    query.extend(a.team.clone().map(|t| ("team", t)));
+    let body = upload(r, "/v1/packs", &a.dir, &query)?;
+    println!("{}", escape(body["digest"].as_str().unwrap_or_default()));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn draft_save(r: &RemoteArgs, a: &DraftSaveArgs) -> Result<ExitCode> {
+    let mut query = vec![("name", a.name.clone())];
+    query.extend(a.team.clone().map(|t| ("team", t)));
+    query.extend(a.base.clone().map(|b| ("base", b)));
+    let body = upload(r, "/v1/drafts", &a.dir, &query)?;
+    if let Some(p) = body["provenance"].as_object() {
+        let replaced = body["provenance"]["overlay_paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["replaced"] == true)
+            .count();
+        eprintln!(
+            "version {} on base {}: overlay {} ({replaced} base files replaced)",
+            body["version"],
+            escape(p["base_digest"].as_str().unwrap_or_default()),
+            escape(p["overlay_digest"].as_str().unwrap_or_default()),
+        );
+    }
+    println!("{}", escape(body["digest"].as_str().unwrap_or_default()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sends a pack directory's files as a tar to `path` (listing them as `crucible pack digest`
+/// does, so a link is refused before anything is sent) and returns the controller's answer.
+fn upload(
+    r: &RemoteArgs,
+    path: &str,
+    dir: &std::path::Path,
+    query: &[(&str, String)],
+) -> Result<serde_json::Value> {
+    let token = token(r)?;
+    let listing =
+        crucible_pack::files::pack_files(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+    for p in &listing.ignored {
+        eprintln!("ignored: {}", escape(p));
+    }
+    let tar = crucible_controller::trees::write_tar(dir, &listing.files, Vec::new())
+        .with_context(|| format!("archiving {}", dir.display()))?;
+    let url = format!("{}{path}", r.server.trim_end_matches('/'));
     let mut request = agent()
         .post(&url)
         .header("Authorization", format!("Bearer {token}"))
-        .header("Content-Type", "application/x-tar")
-        .query("name", &name);
-    if let Some(team) = &a.team {
-        request = request.query("team", team);
+        .header("Content-Type", "application/x-tar");
+    for (k, v) in query {
+        request = request.query(*k, v);
     }
-    let body = answer(request.send(&tar[..]), &r.server)?;
-    println!("{}", escape(body["digest"].as_str().unwrap_or_default()));
-    Ok(ExitCode::SUCCESS)
+    answer(request.send(&tar[..]), &r.server)
 }

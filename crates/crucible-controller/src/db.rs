@@ -10,8 +10,10 @@ use std::borrow::Cow;
 use std::path::Path;
 
 /// The migrations, in order, compiled into the binary so a fresh database needs no files.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (2, "drafts", include_str!("../migrations/0002_drafts.sql")),
+];
 
 /// Which database a controller stores into, for the start-up line (never the URL: it may
 /// carry a password).

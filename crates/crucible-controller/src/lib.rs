@@ -2,10 +2,12 @@
 //! in SQLite (default) or PostgreSQL, pack trees content-addressed under the state directory.
 //! The CLI only parses and prints; everything the server does is here, one module per concern:
 //! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `trees` (the
-//! tree store and tar ingestion, RFC-0002:C-PACK-BASE), `packs` (registration and reading).
+//! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `packs` (registration and
+//! reading), `drafts` (versions on a base, with provenance).
 
 pub mod audit;
 pub mod db;
+pub mod drafts;
 pub mod error;
 pub mod identity;
 pub mod packs;
@@ -89,6 +91,8 @@ pub fn router(app: App) -> Router {
         .route("/v1/packs", post(packs::push).get(packs::list))
         .route("/v1/packs/{id}", get(packs::show))
         .route("/v1/packs/{id}/archive", get(packs::archive))
+        .route("/v1/drafts", post(drafts::save).get(drafts::list))
+        .route("/v1/drafts/{id}", get(drafts::show))
         .with_state(app)
 }
 

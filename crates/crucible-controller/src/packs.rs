@@ -8,7 +8,7 @@ use crate::audit;
 use crate::db::{new_id, now_ms};
 use crate::error::{ApiError, ApiResult};
 use crate::identity::{check_name, Caller, Role};
-use crate::trees::{ingest_tar, tree_dir, write_delivery};
+use crate::trees::{ingest_tar, tree_dir, write_delivery, Ingested};
 use crate::App;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -19,6 +19,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::Row;
+use std::path::PathBuf;
 use tokio::io::AsyncWriteExt;
 
 #[derive(Deserialize)]
@@ -37,47 +38,9 @@ pub async fn push(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    let team = match q.team {
-        Some(t) => t,
-        None => only_team(&caller)?,
-    };
-    let team_id = caller.team_for(&team, Role::Editor, "registering a pack")?;
+    let (team, team_id) = editable_team(&caller, q.team, "registering a pack")?;
     check_name(&q.name)?;
-    let limit = app.config.max_upload_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = declared.filter(|n| *n > limit) {
-        return Err(too_large(n, limit));
-    }
-    let spool = tempfile::NamedTempFile::new_in(app.tmp_dir()).map_err(anyhow::Error::from)?;
-    let mut out = tokio::fs::File::from_std(spool.reopen().map_err(anyhow::Error::from)?);
-    let mut body = body;
-    let mut seen = 0u64;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::BadRequest(format!("reading the upload: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            seen += data.len() as u64;
-            if seen > limit {
-                return Err(too_large(seen, limit));
-            }
-            out.write_all(&data).await.map_err(anyhow::Error::from)?;
-        }
-    }
-    out.flush().await.map_err(anyhow::Error::from)?;
-    drop(out);
-    let (trees, staging, budget) = (
-        app.trees_dir(),
-        app.tmp_dir(),
-        app.config.delivery_budget_bytes,
-    );
-    let spool_path = spool.path().to_path_buf();
-    let ingested =
-        tokio::task::spawn_blocking(move || ingest_tar(&trees, &staging, &spool_path, budget))
-            .await
-            .map_err(anyhow::Error::from)??;
-    drop(spool);
+    let ingested = receive(&app, &headers, body, None).await?;
 
     let mut tx = app.db.begin().await?;
     let existing =
@@ -161,6 +124,63 @@ pub async fn push(
     })))
 }
 
+/// Streams an upload to a spool file under the size limit (refused as soon as it is declared
+/// or read past it, never buffered whole), then ingests it, over `base` when given.
+pub(crate) async fn receive(
+    app: &App,
+    headers: &HeaderMap,
+    mut body: Body,
+    base: Option<PathBuf>,
+) -> ApiResult<Ingested> {
+    let limit = app.config.max_upload_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|n| *n > limit) {
+        return Err(too_large(n, limit));
+    }
+    let spool = tempfile::NamedTempFile::new_in(app.tmp_dir()).map_err(anyhow::Error::from)?;
+    let mut out = tokio::fs::File::from_std(spool.reopen().map_err(anyhow::Error::from)?);
+    let mut seen = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::BadRequest(format!("reading the upload: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len() as u64;
+            if seen > limit {
+                return Err(too_large(seen, limit));
+            }
+            out.write_all(&data).await.map_err(anyhow::Error::from)?;
+        }
+    }
+    out.flush().await.map_err(anyhow::Error::from)?;
+    drop(out);
+    let (trees, staging, budget) = (
+        app.trees_dir(),
+        app.tmp_dir(),
+        app.config.delivery_budget_bytes,
+    );
+    tokio::task::spawn_blocking(move || {
+        ingest_tar(&trees, &staging, spool.path(), budget, base.as_deref())
+    })
+    .await
+    .map_err(anyhow::Error::from)?
+}
+
+/// The team a change goes to, by name, or the caller's only editable team; with its id.
+pub(crate) fn editable_team(
+    caller: &Caller,
+    team: Option<String>,
+    what: &str,
+) -> ApiResult<(String, String)> {
+    let team = match team {
+        Some(t) => t,
+        None => only_team(caller)?,
+    };
+    let id = caller.team_for(&team, Role::Editor, what)?;
+    Ok((team, id))
+}
+
 fn too_large(n: u64, limit: u64) -> ApiError {
     ApiError::TooLarge(format!(
         "the upload is over the limit of {limit} bytes (at least {n} bytes)"
@@ -168,7 +188,7 @@ fn too_large(n: u64, limit: u64) -> ApiError {
 }
 
 /// Two registrations of one pack racing: the loser's transaction is refused whole.
-fn raced(e: sqlx::Error) -> ApiError {
+pub(crate) fn raced(e: sqlx::Error) -> ApiError {
     match e.as_database_error() {
         Some(d) if d.is_unique_violation() => ApiError::Refused(
             "the pack changed while this registration was stored: push again".into(),

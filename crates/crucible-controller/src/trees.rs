@@ -21,6 +21,30 @@ pub struct Ingested {
     pub ignored: Vec<String>,
     /// The size of the gzipped tar a run is delivered: what the delivery budget measures.
     pub delivered_bytes: u64,
+    /// Saved on a base: the overlay's provenance.
+    pub overlay: Option<Overlay>,
+}
+
+/// What an overlay put over its base (RFC-0002:C-PACK-BASE provenance).
+#[derive(Debug)]
+pub struct Overlay {
+    /// The digest of the overlay's files alone, computed as a pack's; it keeps no tree.
+    pub digest: String,
+    /// Every overlay path, in byte order, and whether it replaced a base file.
+    pub paths: Vec<OverlayPath>,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct OverlayPath {
+    pub path: String,
+    pub replaced: bool,
+}
+
+/// The files an upload unpacked, and the directories they imply.
+struct Unpacked {
+    ignored: Vec<String>,
+    files: HashSet<String>,
+    dirs: HashSet<String>,
 }
 
 /// The store's directory for a digest, refusing anything that is not `tree1:` and 64 hex.
@@ -79,15 +103,22 @@ fn refused(path: &str, why: &str) -> ApiError {
 }
 
 /// Unpacks the tar at `upload` into the store under `trees`, refusing it whole on the first
-/// rule it breaks, or when its delivery archive exceeds `budget` bytes.
+/// rule it breaks, or when its delivery archive exceeds `budget` bytes. With a `base` (a stored
+/// tree) the upload is an overlay: the stored tree is the base's files with the overlay's
+/// placed over them by path, whole files replaced, nothing merged or removed.
 pub fn ingest_tar(
     trees: &Path,
     staging_parent: &Path,
     upload: &Path,
     budget: u64,
+    base: Option<&Path>,
 ) -> ApiResult<Ingested> {
     let staging = tempfile::tempdir_in(staging_parent).map_err(anyhow::Error::from)?;
-    let ignored = unpack(upload, staging.path())?;
+    let unpacked = unpack(upload, staging.path())?;
+    let overlay = match base {
+        Some(base) => Some(flatten(base, staging.path(), &unpacked)?),
+        None => None,
+    };
     let listing = pack_files(staging.path()).map_err(|e| anyhow::anyhow!("staged tree: {e}"))?;
     if listing.files.is_empty() {
         return Err(ApiError::Refused("the archive holds no pack files".into()));
@@ -113,13 +144,56 @@ pub fn ingest_tar(
     }
     Ok(Ingested {
         digest,
-        ignored,
+        ignored: unpacked.ignored,
         delivered_bytes,
+        overlay,
     })
 }
 
-/// Unpacks every entry under `dest`, enforcing the pack rules; returns the ignored paths.
-fn unpack(upload: &Path, dest: &Path) -> ApiResult<Vec<String>> {
+/// Copies every base file the overlay does not hold into `dest` (which holds the overlay),
+/// refusing a file of one that is the directory of a file of the other; returns the overlay's
+/// provenance, its digest taken before any base file joins it.
+fn flatten(base: &Path, dest: &Path, over: &Unpacked) -> ApiResult<Overlay> {
+    let stored = |e| anyhow::anyhow!("stored tree: {e}");
+    let own = pack_files(dest).map_err(stored)?;
+    let digest = tree1_of(dest, &own).map_err(stored)?;
+    let base_files = pack_files(base).map_err(stored)?.files;
+    let in_base: HashSet<&str> = base_files.iter().map(String::as_str).collect();
+    let paths = own
+        .files
+        .iter()
+        .map(|p| OverlayPath {
+            path: p.clone(),
+            replaced: in_base.contains(p.as_str()),
+        })
+        .collect();
+    for file in &base_files {
+        if over.files.contains(file) {
+            continue;
+        }
+        if over.dirs.contains(file) {
+            return Err(prefix_clash(file));
+        }
+        let segments: Vec<&str> = file.split('/').collect();
+        for end in 1..segments.len() {
+            let parent = segments[..end].join("/");
+            if over.files.contains(&parent) {
+                return Err(prefix_clash(&parent));
+            }
+        }
+        let target = dest.join(file);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(anyhow::Error::from)?;
+        }
+        std::fs::copy(base.join(file), &target).map_err(anyhow::Error::from)?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+            .map_err(anyhow::Error::from)?;
+    }
+    Ok(Overlay { digest, paths })
+}
+
+/// Unpacks every entry under `dest`, enforcing the pack rules.
+fn unpack(upload: &Path, dest: &Path) -> ApiResult<Unpacked> {
     let malformed = |e: std::io::Error| ApiError::BadRequest(format!("malformed tar: {e}"));
     let file = std::fs::File::open(upload).map_err(anyhow::Error::from)?;
     let mut archive = tar::Archive::new(file);
@@ -152,10 +226,7 @@ fn unpack(upload: &Path, dest: &Path) -> ApiResult<Vec<String>> {
             continue;
         }
         if kind.is_dir() {
-            if files.contains(path) {
-                return Err(prefix_clash(path));
-            }
-            dirs.insert(path.to_string());
+            // Directories are not pack content: only the ones files imply are tracked.
             continue;
         }
         if kind.is_symlink() || kind.is_hard_link() {
@@ -190,10 +261,15 @@ fn unpack(upload: &Path, dest: &Path) -> ApiResult<Vec<String>> {
         out.set_permissions(std::fs::Permissions::from_mode(0o755))
             .map_err(anyhow::Error::from)?;
     }
-    Ok(ignored.into_iter().collect())
+    Ok(Unpacked {
+        ignored: ignored.into_iter().collect(),
+        files,
+        dirs,
+    })
 }
 
-/// RFC-0002:C-PACK-BASE: one file's path followed by `/` may not prefix another's.
+/// RFC-0002:C-PACK-BASE: one file's path followed by `/` may not prefix another's (across base
+/// and overlay too).
 fn prefix_clash(path: &str) -> ApiError {
     refused(
         path,
