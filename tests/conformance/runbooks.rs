@@ -285,3 +285,128 @@ fn conversions_refuse_to_overwrite() {
     assert!(r.stderr.contains("would be overwritten"), "{}", r.stderr);
     assert!(!d.path().join("y").exists());
 }
+
+/// A bundle named `name` with `invocation` and `applicability` (JSON text).
+fn bundle(root: &Path, name: &str, invocation: &str, applicability: &str) {
+    write(
+        root,
+        &[
+            (
+                "runbook.json",
+                &format!(
+                    r#"{{"schemaVersion": 1, "name": "{name}", "version": "1", "description": "d",
+                        "invocation": "{invocation}", "requiredCapabilities": [],
+                        "allowedEffectClasses": ["filesystem.read"],
+                        "applicability": {applicability}}}"#
+                ),
+            ),
+            ("RUNBOOK.md", "# Steps\n"),
+        ],
+    );
+}
+
+// `select` explains every candidate and picks the one applicable automatic release left after
+// personal-over-team precedence; with none or several it selects nothing and exits 1.
+#[test]
+fn select_explains_each_candidate() {
+    let d = tempfile::tempdir().unwrap();
+    let (team, personal, work) = (
+        d.path().join("team"),
+        d.path().join("personal"),
+        d.path().join("src/my-project"),
+    );
+    write(&work, &[("package.json", "{}")]);
+    let node = r#"{"cwdGlobs": ["**/my-project"], "requiredFiles": ["package.json"],
+                   "forbiddenFiles": [".production-only"]}"#;
+    bundle(&team.join("build"), "build", "auto", node);
+    bundle(&team.join("deploy"), "deploy", "explicit", "{}");
+    bundle(
+        &team.join("python"),
+        "python",
+        "auto",
+        r#"{"requiredFiles": ["pyproject.toml"]}"#,
+    );
+    write(&team.join("broken"), &[("runbook.json", "{}")]);
+    bundle(&personal.join("build"), "build", "auto", node);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["runbook", "select", "--cwd"];
+        let w = s(&work);
+        args.push(&w);
+        args.extend_from_slice(extra);
+        crucible(&args)
+    };
+    let t = s(&team);
+    let p = s(&personal);
+    let r = run(&["--personal", &p, &t]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let line = |name: &str, dir: &Path| {
+        r.stdout
+            .lines()
+            .find(|l| l.contains(&format!(" {name}  {}:", dir.display())))
+            .unwrap_or_else(|| panic!("no line for {name} in\n{}", r.stdout))
+            .to_string()
+    };
+    let pb = personal.join("build");
+    assert!(
+        line("build", &pb).starts_with("selected      personal  "),
+        "{}",
+        r.stdout
+    );
+    assert!(line("build", &pb).ends_with(
+        ": applicable (cwd matches `**/my-project`; package.json present; .production-only absent)"
+    ));
+    assert!(line("build", &team.join("build")).ends_with(&format!(
+        "shadowed by the personal release of the same name at {}",
+        pb.display()
+    )));
+    assert!(
+        line("deploy", &team.join("deploy")).ends_with("explicit invocation: runs only when named")
+    );
+    assert!(line("python", &team.join("python"))
+        .ends_with("not applicable: required file pyproject.toml is absent"));
+    assert!(line("-", &team.join("broken")).contains("invalid: 8 error(s)"));
+    assert!(r
+        .stdout
+        .ends_with(&format!("selected: build (personal) {}\n", pb.display())));
+    // Without the personal release, the team's applies alone.
+    let r = run(&[&t]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("selected: build (team)"), "{}", r.stdout);
+    // A forbidden file present (the attribute is observed) makes it not apply: nothing left.
+    write(&work, &[(".production-only", "")]);
+    let r = run(&[&t]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r
+        .stdout
+        .contains("not applicable: forbidden file .production-only is present"));
+    assert!(r
+        .stdout
+        .ends_with("selected: none (no valid automatic runbook applies)\n"));
+    // Two team releases that both apply: neither is chosen.
+    std::fs::remove_file(work.join(".production-only")).unwrap();
+    bundle(&team.join("other"), "other", "auto", "{}");
+    let r = run(&[&t]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(
+        r.stdout
+            .matches("applicable, but 2 applicable automatic releases remain")
+            .count(),
+        2
+    );
+    assert!(r
+        .stdout
+        .ends_with("selected: none (more than one applies: name the runbook explicitly)\n"));
+    // A linked required file is not a trusted attribute: it never authorizes.
+    std::fs::remove_dir_all(team.join("other")).unwrap();
+    std::fs::remove_file(work.join("package.json")).unwrap();
+    std::fs::write(d.path().join("elsewhere.json"), "{}").unwrap();
+    std::os::unix::fs::symlink(d.path().join("elsewhere.json"), work.join("package.json")).unwrap();
+    let r = run(&[&t]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("required file package.json could not be observed"),
+        "{}",
+        r.stdout
+    );
+}

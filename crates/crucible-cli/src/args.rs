@@ -197,6 +197,22 @@ pub enum RunbookCommand {
     /// Export a runbook bundle as a skill: the procedure becomes SKILL.md, support files are
     /// copied, runbook.json is left out.
     ToSkill(ConvertArgs),
+    /// Say which automatic runbook applies here, and why each candidate was or was not chosen:
+    /// exactly one valid, applicable `auto` release must remain after personal releases shadow
+    /// team releases of the same name.
+    Select(SelectArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SelectArgs {
+    /// Team bundles: each a bundle directory, or a directory of bundles.
+    pub team: Vec<PathBuf>,
+    /// A personal bundle, or directory of bundles (repeatable); it takes precedence.
+    #[arg(long = "personal", value_name = "DIR")]
+    pub personal: Vec<PathBuf>,
+    /// The working directory applicability is judged for.
+    #[arg(long, default_value = ".")]
+    pub cwd: PathBuf,
 }
 
 #[derive(Args, Debug)]

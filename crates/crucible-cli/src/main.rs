@@ -50,6 +50,7 @@ fn main() -> ExitCode {
             RunbookCommand::Seal(a) => runbook::seal(&a),
             RunbookCommand::FromSkill(a) => runbook::from_skill(&a),
             RunbookCommand::ToSkill(a) => runbook::to_skill(&a),
+            RunbookCommand::Select(a) => runbook::select(&a),
         },
         Command::Serve(a) => remote::serve(a),
         Command::Remote(r) => match &r.command {

@@ -1,7 +1,8 @@
 //! `crucible runbook …`: prints what the runbook layer (`crucible_pack::runbook`) decides.
 
-use crate::args::{ConvertArgs, RunbookDirArgs, SealArgs};
+use crate::args::{ConvertArgs, RunbookDirArgs, SealArgs, SelectArgs};
 use anyhow::Result;
+use crucible_pack::runbook::select::{bundles_in, Attributes, Candidate, Scope, Verdict};
 use crucible_pack::runbook::{self, BundleError, Checked, Refused};
 use crucible_plan::diag::Diagnostic;
 use crucible_plan::terminal::{escape, escape_lines};
@@ -97,4 +98,81 @@ pub fn to_skill(a: &ConvertArgs) -> Result<ExitCode> {
         escape(&a.dest.display().to_string())
     );
     Ok(ExitCode::SUCCESS)
+}
+
+pub fn select(a: &SelectArgs) -> Result<ExitCode> {
+    let mut candidates = Vec::new();
+    for (scope, dirs) in [(Scope::Personal, &a.personal), (Scope::Team, &a.team)] {
+        for dir in dirs {
+            let found = bundles_in(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+            candidates.extend(found.into_iter().map(|d| Candidate::load(scope, d)));
+        }
+    }
+    let paths: Vec<&str> = candidates
+        .iter()
+        .filter_map(|c| c.checked.as_ref().ok())
+        .flat_map(|c| {
+            let ap = &c.runbook.applicability;
+            ap.required_files.iter().chain(&ap.forbidden_files)
+        })
+        .map(String::as_str)
+        .collect();
+    let attrs = Attributes::observe(&a.cwd, paths);
+    let verdicts = runbook::select::select(&candidates, &attrs);
+    let mut chosen = None;
+    for (c, v) in candidates.iter().zip(&verdicts) {
+        let why = match v {
+            Verdict::Selected(met) => {
+                chosen = Some(c);
+                format!("applicable ({})", met.join("; "))
+            }
+            Verdict::Invalid(n) => {
+                format!("invalid: {n} error(s) (see `crucible runbook validate`)")
+            }
+            Verdict::Explicit => "explicit invocation: runs only when named".into(),
+            Verdict::NotApplicable(why) => format!("not applicable: {why}"),
+            Verdict::Shadowed(by) => format!(
+                "shadowed by the personal release of the same name at {}",
+                by.display()
+            ),
+            Verdict::Ambiguous(n) => {
+                format!("applicable, but {n} applicable automatic releases remain")
+            }
+        };
+        println!(
+            "{:<12}  {:<8}  {}  {}: {}",
+            if matches!(v, Verdict::Selected(_)) {
+                "selected"
+            } else {
+                "not selected"
+            },
+            c.scope.word(),
+            escape(c.name().unwrap_or("-")),
+            escape(&c.dir.display().to_string()),
+            escape(&why)
+        );
+    }
+    match chosen {
+        Some(c) => {
+            println!(
+                "selected: {} ({}) {}",
+                escape(c.name().unwrap_or("-")),
+                c.scope.word(),
+                escape(&c.dir.display().to_string())
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            let ambiguous = verdicts.iter().any(|v| matches!(v, Verdict::Ambiguous(_)));
+            println!(
+                "selected: none ({})",
+                if ambiguous {
+                    "more than one applies: name the runbook explicitly"
+                } else {
+                    "no valid automatic runbook applies"
+                }
+            );
+            Ok(ExitCode::from(1))
+        }
+    }
 }

@@ -7,6 +7,7 @@
 
 mod jsonpos;
 pub mod release;
+pub mod select;
 pub mod skill;
 pub mod validate;
 
