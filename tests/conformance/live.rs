@@ -117,3 +117,25 @@ workflow([draft, review])
         assert!(tty.contains(part), "{part}: {tty}");
     }
 }
+
+// A mapped task shows once in the in-flight list, with its instances running and settled.
+#[test]
+fn a_map_shows_once_with_its_instances() {
+    let p = Pack::with_manifest("[workflow]\ntype = \"playbook\"\nfile = \"w.star\"\n");
+    p.file(
+        "w.star",
+        r#"src = command(name = "src", run = "echo '{\"items\": [\"a\", \"b\", \"c\"]}'", emits = {"items": "list"})
+each = command(name = "each", run = "sleep 0.4; echo '{}'", depends_on = [src], over = src.items, max_fanout = 4)
+workflow([src, each])
+"#,
+    );
+    let (code, tty) = on_a_terminal(&p, &[]);
+    assert_eq!(code, Some(0), "{tty}");
+    for frame in tty.split("\u{1b}[J") {
+        let shown = frame.lines().filter(|l| l.contains("▶ each")).count();
+        assert!(shown <= 1, "{frame:?}");
+    }
+    for part in ["▶ each 1 instance(s) running, 2 settled", "2/2 done"] {
+        assert!(tty.contains(part), "{part}: {tty}");
+    }
+}
