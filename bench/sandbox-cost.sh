@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What the sandbox costs per task (issue 11; bench/README.md, "The sandbox's cost").
+#
+#   bench/sandbox-cost.sh [path/to/crucible]
+#
+# 1. The shapes alone (bench/sandbox-shapes.c, compiled with cc): ROUNDS rounds of SPAWNS spawns
+#    of `sh -c "echo '{}'"` plain, under one `bwrap` each (the engine's shape) and in namespaces
+#    made in the child (the candidate shape), the shapes alternated within each round;
+#    prints each shape's median milliseconds per spawn and its cost over plain.
+# 2. The engine: a chain of N `echo '{}'` command tasks (serial, so nothing hides a spawn), run
+#    sandboxed and with --no-sandbox, alternated, PAIRS times; prints the median wall time of
+#    each and the sandbox's cost per task (the difference of the medians over N).
+# Use a release build (cargo build --release -p crucible-cli) and note the load average printed
+# last: on a shared machine every figure moves with it.
+set -euo pipefail
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+ROUNDS=${ROUNDS:-7} SPAWNS=${SPAWNS:-100} N=${N:-100} PAIRS=${PAIRS:-7}
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+cc -O2 -o "$WORK/shapes" "$(dirname "$0")/sandbox-shapes.c"
+shapes=(plain native)
+command -v bwrap >/dev/null && shapes+=(bwrap)
+for _ in $(seq 1 "$ROUNDS"); do
+  for s in "${shapes[@]}"; do
+    echo "$s $("$WORK/shapes" "$s" "$SPAWNS" "$WORK/s")" >> "$WORK/shapes.txt"
+  done
+done
+plain=$(awk '$1 == "plain" { print $2 }' "$WORK/shapes.txt" | median)
+for s in "${shapes[@]}"; do
+  m=$(awk -v s="$s" '$1 == s { print $2 }' "$WORK/shapes.txt" | median)
+  printf '%-7s %7.2f ms per spawn  (+%.2f ms over plain; median of %s rounds of %s)\n' \
+    "$s" "$m" "$(echo "$m - $plain" | bc -l)" "$ROUNDS" "$SPAWNS"
+done
+
+d=$WORK/chain && mkdir -p "$d"
+{
+  printf '[workflow]\ntype = "playbook"\n'
+  for i in $(seq 1 "$N"); do
+    printf '[[workflow.task]]\nname = "t%s"\nkind = "command"\nrun = "%s"\n' "$i" "echo '{}'"
+    [ "$i" -gt 1 ] && printf 'depends_on = ["t%s"]\n' "$((i - 1))"
+  done
+} > "$d/crucible.toml"
+wall() { # extra flags: one run's wall seconds
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$BIN" plan run --manifest "$d/crucible.toml" --max-cost 1 --max-time 10m "$@" >/dev/null
+  t1=$(date +%s.%N)
+  echo "$t1 - $t0" | bc -l
+}
+for _ in $(seq 1 "$PAIRS"); do
+  echo "on $(wall)" >> "$WORK/chain.txt"
+  echo "off $(wall --no-sandbox)" >> "$WORK/chain.txt"
+done
+on=$(awk '$1 == "on" { print $2 }' "$WORK/chain.txt" | median)
+off=$(awk '$1 == "off" { print $2 }' "$WORK/chain.txt" | median)
+printf 'chain of %s: sandboxed %.2f s, --no-sandbox %.2f s: the sandbox costs %.2f ms per task (medians of %s alternated pairs; %s)\n' \
+  "$N" "$on" "$off" "$(echo "($on - $off) * 1000 / $N" | bc -l)" "$PAIRS" "$BIN"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
