@@ -104,6 +104,38 @@ fn the_root_task_that_unmounts_the_hidden_state_fails() {
     assert_eq!(p.row("gate")["status"], "fail");
 }
 
+// The launcher's open descriptor: whatever the engine inherited without close-on-exec (here a
+// writable file as descriptor 7) does not reach a task, which sees only its stdin, stdout and
+// stderr.
+#[test]
+fn the_launchers_open_descriptor_does_not_reach_a_task() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let p = Pack::playbook(&command(
+        "peek",
+        "if [ -e /proc/self/fd/7 ]; then echo open >> \"$PACK/leaked\"; fi; echo '{}'",
+        "",
+    ));
+    let held = std::fs::File::create(p.probe().join("held")).unwrap();
+    let fd = held.as_raw_fd();
+    let mut cmd = p.command(&p.run_args(&[])).0;
+    // SAFETY: dup2 is async-signal-safe; the copy at 7 is not close-on-exec, as a shell's
+    // `exec 7>file` would leave it for the engine.
+    unsafe {
+        cmd.pre_exec(move || match libc::dup2(fd, 7) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        })
+    };
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(p.row("peek")["status"], "pass");
+    assert!(
+        !p.probe().join("leaked").exists(),
+        "descriptor 7 reached the task"
+    );
+}
+
 /// A task that leaves `setsid sleep <mark>` behind, says it started, then runs `then`.
 fn survivor(mark: &str, then: &str) -> String {
     format!("setsid sleep {mark} </dev/null >/dev/null 2>&1 & touch \"$PACK/started\"; {then}")

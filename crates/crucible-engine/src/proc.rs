@@ -194,6 +194,40 @@ pub struct Deadline {
     pub own_limit: bool,
 }
 
+/// Descriptors the launcher left open without close-on-exec would reach every attempt, through
+/// the sandbox too (a task could read or write whatever they name): marked close-on-exec once,
+/// before the first spawn. The engine's own descriptors are close-on-exec already.
+fn seal_inherited_fds() {
+    static SEALED: std::sync::Once = std::sync::Once::new();
+    SEALED.call_once(|| {
+        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors 3 and up.
+        let sealed = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        } == 0;
+        if sealed {
+            return;
+        }
+        // Kernels before 5.11: one descriptor at a time.
+        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+            return;
+        };
+        for fd in dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        {
+            if fd >= 3 {
+                // SAFETY: F_SETFD on a descriptor number; a stale one fails with EBADF, harmlessly.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+        }
+    });
+}
+
 /// Runs `spawn` as its own process group, with only the spawn's environment, until it exits, its
 /// deadline falls, or `abort` says so; each stdout line goes to `lines` as it arrives. An `Err`
 /// is a spawn failure: a transport failure of the attempt.
@@ -206,6 +240,7 @@ pub async fn run(
     let Some((program, args)) = spawn.argv.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty argv"));
     };
+    seal_inherited_fds();
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .current_dir(&spawn.cwd)
