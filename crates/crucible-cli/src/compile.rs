@@ -377,7 +377,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     }
     // A malformed binding is check's and run's to report; here it only adds no capability.
     let inference = crate::run::inference_bindings().unwrap_or_default();
-    let caps = crate::run::substrate_caps(&a.caps, &inference);
+    let caps = crucible_engine::substrate_caps(&a.caps, &inference);
     let sub = Substrate {
         caps: &caps,
         inference: &inference,
@@ -489,7 +489,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             }
         }
         let inference = crate::run::inference_bindings().unwrap_or_default();
-        let caps = crate::run::substrate_caps(&a.caps, &inference);
+        let caps = crucible_engine::substrate_caps(&a.caps, &inference);
         // `plan run`'s default state directory, unless the operator names another.
         let state_dir = a.state_dir.clone().unwrap_or_else(|| m.dir.join("state"));
         // `plan run` reads the harness without regard to case.

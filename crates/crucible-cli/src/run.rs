@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 /// Exit code of a run whose verdict is not valid (ARCHITECTURE.md, CLI).
-const EXIT_INVALID: u8 = 3;
+pub(crate) const EXIT_INVALID: u8 = 3;
 
 pub fn plan_run(args: &RunArgs) -> Result<ExitCode> {
     let launch = if args.resume {
@@ -61,10 +61,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let plan = match crate::compile::manifest_plan(&manifest, &args.params)? {
         Ok(compiled) => {
             if let Some(r) = compiled.repo_ref {
-                let repo = manifest.manifest.repo.as_mut().ok_or_else(|| {
-                    anyhow!("--param repo.ref: the manifest has no [repo] to take a ref")
-                })?;
-                repo.git_ref = Some(r);
+                manifest.set_repo_ref(r).map_err(|e| anyhow!(e))?;
             }
             compiled.plan
         }
@@ -116,7 +113,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let history = launch_history()?;
     let reports = report_config()?;
     let max_asks = asks_bound()?;
-    let caps = substrate_caps(&args.caps, &inference);
+    let caps = crucible_engine::substrate_caps(&args.caps, &inference);
     let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
         .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
     // The live view's done/total: the plan's own tasks (instances and rounds are parts of one).
@@ -140,6 +137,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         reports,
         max_asks,
         no_sandbox: args.no_sandbox,
+        groups: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -152,9 +150,10 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     } else {
         Box::new(Plain)
     };
+    let groups = req.groups.clone();
     let result = runtime.block_on(async {
         let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(watch_signals(stop_tx));
+        tokio::spawn(watch_signals(stop_tx, groups));
         crucible_engine::run(req, observer.as_mut(), stop_rx).await
     });
     drop(observer);
@@ -176,8 +175,11 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
 }
 
 /// SIGINT or SIGTERM: the first asks the engine to stop (attempts killed, `stopped` shutdown);
-/// a second kills every attempt's group and exits at once.
-async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
+/// a second kills every attempt's group of the run and exits at once.
+async fn watch_signals(
+    stop: tokio::sync::mpsc::UnboundedSender<()>,
+    groups: std::sync::Arc<crucible_engine::ProcessGroups>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -196,7 +198,7 @@ async fn watch_signals(stop: tokio::sync::mpsc::UnboundedSender<()>) {
             eprintln!("stopping: killing attempts in flight (signal again to exit at once)");
             let _ = stop.send(());
         } else {
-            crucible_engine::kill_all_now();
+            groups.kill_all_now();
             eprintln!("second signal: exiting now");
             std::process::exit(i32::from(EXIT_INVALID));
         }
@@ -357,14 +359,4 @@ fn from_env<T, E: std::fmt::Display>(
         Err(std::env::VarError::NotPresent) => Ok(default()),
         Err(e) => bail!("{var}: {e}"),
     }
-}
-
-/// The capabilities a run has: the `--cap` flags, and `decision` where `CRUCIBLE_INFERENCE`
-/// holds a decision binding (RFC-0001 notes §5).
-pub(crate) fn substrate_caps(flags: &[String], inference: &Inference) -> Vec<String> {
-    let mut caps = flags.to_vec();
-    if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
-        caps.push("decision".into());
-    }
-    caps
 }

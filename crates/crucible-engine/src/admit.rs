@@ -36,6 +36,16 @@ pub struct Substrate<'a> {
     pub no_sandbox: bool,
 }
 
+/// The capabilities a run has: the launch's own, and `decision` where the inference bindings
+/// hold a decision binding (RFC-0001 notes §5).
+pub fn substrate_caps(launch: &[String], inference: &Inference) -> Vec<String> {
+    let mut caps = launch.to_vec();
+    if inference.decision.is_some() && !caps.iter().any(|c| c == "decision") {
+        caps.push("decision".into());
+    }
+    caps
+}
+
 /// A plan this engine can run on the substrate.
 #[derive(Debug)]
 pub struct Admission {
@@ -441,6 +451,7 @@ mod tests {
             harness: None,
             model: None,
             max_files_bytes: crate::files::DEFAULT_MAX_FILES_BYTES,
+            groups: Default::default(),
         };
         (dir, req)
     }

@@ -203,6 +203,8 @@ struct Ctx {
     sandbox: Option<crate::sandbox::Sandbox>,
     /// Each task in a named sandbox, by task name (admitted).
     sandboxes: std::collections::BTreeMap<String, crate::sandbox::Named>,
+    /// The run's attempt process groups, which every attempt joins.
+    groups: Arc<crate::proc::ProcessGroups>,
     /// The launch variables every task receives (the base and `[env]`).
     task_env: crate::taskenv::TaskEnv,
     /// The run's declared secrets, masked in everything a task's process wrote.
@@ -474,7 +476,9 @@ pub async fn execute(
         .take_over(&folded)
         .map_err(state_err("declared files"))?;
     let run_deadline = started + Duration::from_secs(adm.max_secs).saturating_sub(prior_elapsed);
-    crate::proc::record_groups_in(&run_dir.join("groups")).map_err(state_err("groups"))?;
+    req.groups
+        .record_in(&run_dir.join("groups"))
+        .map_err(state_err("groups"))?;
     observer.run_started(&run_id, &run_dir);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -508,6 +512,7 @@ pub async fn execute(
             crate::sandbox::Mode::Off(_) => None,
         },
         sandboxes: adm.sandboxes.clone(),
+        groups: req.groups.clone(),
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         logs: crate::tasklog::Logs::new(&run_dir),

@@ -32,9 +32,9 @@ use crucible_plan::{Ceiling, Outcome, ValidatedPlan, Verdict};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use admit::{admission, prices, Admission, Substrate};
+pub use admit::{admission, prices, substrate_caps, Admission, Substrate};
 pub use log::now_ts;
-pub use proc::kill_all_now;
+pub use proc::ProcessGroups;
 pub use taskio::stderr_tail;
 
 /// Everything one run needs.
@@ -71,6 +71,8 @@ pub struct RunRequest {
     pub max_asks: u32,
     /// `--no-sandbox`: the operator's opt-out of the bubblewrap sandbox.
     pub no_sandbox: bool,
+    /// The run's attempt process groups: the caller keeps a handle to kill them all at once.
+    pub groups: std::sync::Arc<ProcessGroups>,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

@@ -5,11 +5,14 @@
 //! ceiling or an operator stop kills the whole group: TERM, a short grace, then KILL, so
 //! grandchildren a task left in the background die with it. When the leader exits on its own,
 //! whatever it left running in its group is killed too: the attempt is over.
+//!
+//! Groups are tracked per run ([`ProcessGroups`], owned by the run and passed to each attempt),
+//! never process-wide, so the controller can run many runs in one process.
 
 use crucible_agent::spawn::Spawn;
 use std::collections::HashSet;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -74,43 +77,50 @@ async fn read_tail(
 /// How long a group gets between TERM and KILL.
 const GRACE: Duration = Duration::from_millis(500);
 
-/// Every live attempt's process group, so a second operator signal can kill them all at once.
-static GROUPS: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
-
-/// Where live groups are also recorded on disk (`runs/<id>/groups/`), one file per group named
-/// by its id and holding its leader's start time: a resume reads it to kill what an engine that
-/// died (SIGKILL, a crash) left running, which would otherwise work and spend outside every
-/// ceiling.
-static GROUP_DIR: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
-
-/// Records live groups under `dir` from now on.
-pub fn record_groups_in(dir: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    *GROUP_DIR.lock().expect("group dir") = Some(dir.to_path_buf());
-    Ok(())
+/// One run's live attempt groups (ARCHITECTURE.md, "Embeddable"): owned by the run, handed to
+/// every attempt it starts, so many runs in one process each kill only their own. Live groups
+/// are also recorded on disk (`runs/<id>/groups/`), one file per group named by its id and
+/// holding its leader's start time: a resume reads it to kill what an engine that died
+/// (SIGKILL, a crash) left running, which would otherwise work and spend outside every ceiling.
+#[derive(Debug, Default)]
+pub struct ProcessGroups {
+    live: Mutex<HashSet<i32>>,
+    /// Where groups are recorded, once the run has a directory.
+    record_dir: Mutex<Option<PathBuf>>,
 }
 
-fn register(pgid: i32) {
-    GROUPS
-        .lock()
-        .expect("group registry")
-        .get_or_insert_with(HashSet::new)
-        .insert(pgid);
-    if let (Some(dir), Some(start)) = (
-        GROUP_DIR.lock().expect("group dir").as_ref(),
-        start_time(pgid),
-    ) {
-        // Best effort: a failed record only loses the clean-up after a crash.
-        let _ = std::fs::write(dir.join(pgid.to_string()), start.to_string());
+impl ProcessGroups {
+    /// Records live groups under `dir` from now on.
+    pub(crate) fn record_in(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        *self.record_dir.lock().expect("group dir") = Some(dir.to_path_buf());
+        Ok(())
     }
-}
 
-fn unregister(pgid: i32) {
-    if let Some(set) = GROUPS.lock().expect("group registry").as_mut() {
-        set.remove(&pgid);
+    fn register(&self, pgid: i32) {
+        self.live.lock().expect("group registry").insert(pgid);
+        if let (Some(dir), Some(start)) = (
+            self.record_dir.lock().expect("group dir").as_ref(),
+            start_time(pgid),
+        ) {
+            // Best effort: a failed record only loses the clean-up after a crash.
+            let _ = std::fs::write(dir.join(pgid.to_string()), start.to_string());
+        }
     }
-    if let Some(dir) = GROUP_DIR.lock().expect("group dir").as_ref() {
-        let _ = std::fs::remove_file(dir.join(pgid.to_string()));
+
+    fn unregister(&self, pgid: i32) {
+        self.live.lock().expect("group registry").remove(&pgid);
+        if let Some(dir) = self.record_dir.lock().expect("group dir").as_ref() {
+            let _ = std::fs::remove_file(dir.join(pgid.to_string()));
+        }
+    }
+
+    /// Kills every live attempt group of this run with KILL, for an immediate exit.
+    pub fn kill_all_now(&self) {
+        for pgid in self.live.lock().expect("group registry").iter() {
+            // SAFETY: kill(2) with a negative pid signals a process group; no memory involved.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
     }
 }
 
@@ -148,16 +158,6 @@ pub fn kill_recorded_groups(dir: &Path) -> usize {
         let _ = std::fs::remove_file(path);
     }
     killed
-}
-
-/// Kills every live attempt's process group with KILL, for an immediate exit.
-pub fn kill_all_now() {
-    if let Some(set) = GROUPS.lock().expect("group registry").as_ref() {
-        for pgid in set {
-            // SAFETY: kill(2) with a negative pid signals a process group; no memory involved.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
-    }
 }
 
 /// Why the engine wants every attempt in flight to end now.
@@ -228,14 +228,15 @@ fn seal_inherited_fds() {
     });
 }
 
-/// Runs `spawn` as its own process group, with only the spawn's environment, until it exits, its
-/// deadline falls, or `abort` says so; each stdout line goes to `lines` as it arrives. An `Err`
-/// is a spawn failure: a transport failure of the attempt.
+/// Runs `spawn` as its own process group of the run's `groups`, with only the spawn's
+/// environment, until it exits, its deadline falls, or `abort` says so; each stdout line goes to
+/// `lines` as it arrives. An `Err` is a spawn failure: a transport failure of the attempt.
 pub async fn run(
     spawn: &Spawn,
     deadline: Deadline,
     mut abort: watch::Receiver<Abort>,
     lines: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    groups: &ProcessGroups,
 ) -> io::Result<Finished> {
     let Some((program, args)) = spawn.argv.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty argv"));
@@ -252,7 +253,7 @@ pub async fn run(
         .process_group(0);
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    register(pgid);
+    groups.register(pgid);
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
     let read_out = tokio::spawn(async move { read_tail(&mut out, STDOUT_KEEP, lines).await });
@@ -281,7 +282,7 @@ pub async fn run(
     if group_alive(pgid) {
         kill_group(pgid).await;
     }
-    unregister(pgid);
+    groups.unregister(pgid);
     let stdout = read_out.await.unwrap_or_default();
     let stderr = read_err.await.unwrap_or_default();
     Ok(Finished {
@@ -388,7 +389,9 @@ mod tests {
     async fn captures_output_and_status() {
         let (_tx, rx) = watch::channel(Abort::None);
         let s = sh("echo $X; echo err >&2; exit 3", &[("X", "7")]);
-        let f = run(&s, far(), rx, None).await.unwrap();
+        let f = run(&s, far(), rx, None, &ProcessGroups::default())
+            .await
+            .unwrap();
         assert!(matches!(f.ended, Ended::Exited(s) if s.code() == Some(3)));
         assert_eq!(f.stdout, b"7\n");
         assert_eq!(f.stderr, b"err\n");
@@ -402,9 +405,15 @@ mod tests {
             at: Instant::now() + Duration::from_millis(300),
             own_limit: true,
         };
-        let f = run(&sh("sleep 30 & echo $!; wait", &[]), d, rx, None)
-            .await
-            .unwrap();
+        let f = run(
+            &sh("sleep 30 & echo $!; wait", &[]),
+            d,
+            rx,
+            None,
+            &ProcessGroups::default(),
+        )
+        .await
+        .unwrap();
         assert!(matches!(f.ended, Ended::TimedOut));
         let pid: u32 = String::from_utf8_lossy(&f.stdout).trim().parse().unwrap();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -417,8 +426,17 @@ mod tests {
     #[tokio::test]
     async fn abort_stops_an_attempt() {
         let (tx, rx) = watch::channel(Abort::None);
-        let h =
-            tokio::spawn(async move { run(&sh("sleep 30", &[]), far(), rx, None).await.unwrap() });
+        let h = tokio::spawn(async move {
+            run(
+                &sh("sleep 30", &[]),
+                far(),
+                rx,
+                None,
+                &ProcessGroups::default(),
+            )
+            .await
+            .unwrap()
+        });
         // Whether the stop lands before or after the spawn, the attempt ends stopped.
         tx.send(Abort::Stop).unwrap();
         assert!(matches!(h.await.unwrap().ended, Ended::Stopped));
@@ -428,7 +446,9 @@ mod tests {
     async fn long_output_keeps_its_end() {
         let (_tx, rx) = watch::channel(Abort::None);
         let cmd = "yes x | head -c 3000000; echo; echo '{\"last\": true}'";
-        let f = run(&sh(cmd, &[]), far(), rx, None).await.unwrap();
+        let f = run(&sh(cmd, &[]), far(), rx, None, &ProcessGroups::default())
+            .await
+            .unwrap();
         assert!(f.stdout.len() <= STDOUT_KEEP);
         assert!(f.stdout.ends_with(b"{\"last\": true}\n"));
     }
@@ -437,7 +457,9 @@ mod tests {
     async fn spawn_failure_is_an_error() {
         let (_tx, rx) = watch::channel(Abort::None);
         let s = Spawn::shell("true", Path::new("/nonexistent-dir"), Vec::new());
-        assert!(run(&s, far(), rx, None).await.is_err());
+        assert!(run(&s, far(), rx, None, &ProcessGroups::default())
+            .await
+            .is_err());
     }
 
     // The spawn's environment is all the process gets: the engine's own is cleared.
@@ -446,7 +468,9 @@ mod tests {
         let (_tx, rx) = watch::channel(Abort::None);
         let home = std::env::var("HOME").unwrap_or_default();
         let s = sh("env", &[("ONLY", "this")]);
-        let f = run(&s, far(), rx, None).await.unwrap();
+        let f = run(&s, far(), rx, None, &ProcessGroups::default())
+            .await
+            .unwrap();
         let text = String::from_utf8_lossy(&f.stdout);
         assert!(text.lines().any(|l| l == "ONLY=this"), "{text}");
         assert!(
@@ -462,12 +486,40 @@ mod tests {
         let (_tx, rx) = watch::channel(Abort::None);
         let (lines, mut got) = mpsc::unbounded_channel();
         let s = sh("echo one; echo two; sleep 1; printf three", &[]);
-        let h = tokio::spawn(async move { run(&s, far(), rx, Some(lines)).await.unwrap() });
+        let h = tokio::spawn(async move {
+            run(&s, far(), rx, Some(lines), &ProcessGroups::default())
+                .await
+                .unwrap()
+        });
         assert_eq!(got.recv().await.unwrap(), b"one");
         assert_eq!(got.recv().await.unwrap(), b"two");
         assert!(!h.is_finished(), "the lines came while the process ran");
         let f = h.await.unwrap();
         assert_eq!(got.recv().await.unwrap(), b"three");
         assert_eq!(f.stdout, b"one\ntwo\nthree");
+    }
+
+    // ARCHITECTURE.md "Embeddable": each run tracks its own groups; killing one run's attempts
+    // leaves another run's attempt in the same process running.
+    #[tokio::test]
+    async fn each_run_kills_only_its_own_groups() {
+        let (mine, theirs) = (
+            std::sync::Arc::new(ProcessGroups::default()),
+            std::sync::Arc::new(ProcessGroups::default()),
+        );
+        let (_tx1, rx1) = watch::channel(Abort::None);
+        let (_tx2, rx2) = watch::channel(Abort::None);
+        let (a, b) = (mine.clone(), theirs.clone());
+        let h1 = tokio::spawn(async move { run(&sh("sleep 30", &[]), far(), rx1, None, &a).await });
+        let h2 = tokio::spawn(async move { run(&sh("sleep 1", &[]), far(), rx2, None, &b).await });
+        while mine.live.lock().unwrap().is_empty() || theirs.live.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        mine.kill_all_now();
+        let killed = h1.await.unwrap().unwrap();
+        assert!(matches!(killed.ended, Ended::Exited(s) if s.code().is_none()));
+        let other = h2.await.unwrap().unwrap();
+        assert!(matches!(other.ended, Ended::Exited(s) if s.success()));
+        assert!(mine.live.lock().unwrap().is_empty() && theirs.live.lock().unwrap().is_empty());
     }
 }

@@ -315,6 +315,14 @@ pub struct LoadedManifest {
 }
 
 impl LoadedManifest {
+    /// Applies the launch's `repo.ref` setting (already allowed by the compile) to `[repo]`.
+    pub fn set_repo_ref(&mut self, git_ref: String) -> Result<(), String> {
+        let repo = (self.manifest.repo.as_mut())
+            .ok_or("--param repo.ref: the manifest has no [repo] to take a ref")?;
+        repo.git_ref = Some(git_ref);
+        Ok(())
+    }
+
     /// The workflow type, checked against the lane rules (RFC-0002:C-PLAYBOOK-LANE).
     pub fn workflow_type(&self) -> Result<WorkflowType, ManifestError> {
         let err = |message: String| ManifestError {

@@ -184,7 +184,7 @@ pub(super) async fn run(
                         env.clone(),
                     ),
                 );
-                match proc::run(&spawn, deadline, abort.clone(), None).await {
+                match proc::run(&spawn, deadline, abort.clone(), None, &ctx.groups).await {
                     Err(e) => Some(TurnError::Spawn(e)),
                     Ok(f) => {
                         keep_log(ctx, &stem, None, &f, &mut report);
@@ -594,7 +594,13 @@ async fn agent_turn(
         }
     };
     let (ran, ()) = tokio::join!(
-        proc::run(&spawn, deadline, ctl.abort.clone(), Some(lines)),
+        proc::run(
+            &spawn,
+            deadline,
+            ctl.abort.clone(),
+            Some(lines),
+            &ctx.groups
+        ),
         read
     );
     let f = ran.map_err(TurnError::Spawn)?;
