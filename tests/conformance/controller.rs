@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// Which store a controller under test uses.
-enum Store {
+pub(crate) enum Store {
     Sqlite,
     /// A database made for this test on the server `CRUCIBLE_TEST_POSTGRES` names.
     Postgres {
@@ -21,7 +21,7 @@ enum Store {
 }
 
 impl Store {
-    fn all() -> Vec<Store> {
+    pub(crate) fn all() -> Vec<Store> {
         let mut stores = vec![Store::Sqlite];
         match std::env::var("CRUCIBLE_TEST_POSTGRES") {
             Ok(url) if !url.is_empty() => {
@@ -106,16 +106,16 @@ fn content_type(body: &[u8]) -> &'static str {
 }
 
 /// A running `crucible serve` on an ephemeral loopback port.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
-    state: tempfile::TempDir,
-    admin: String,
-    store: &'static str,
+    pub(crate) url: String,
+    pub(crate) state: tempfile::TempDir,
+    pub(crate) admin: String,
+    pub(crate) store: &'static str,
 }
 
 impl Server {
-    fn start(store: &Store, extra: &[&str]) -> Server {
+    pub(crate) fn start(store: &Store, extra: &[&str]) -> Server {
         let state = tempfile::tempdir().unwrap();
         let (child, url) = spawn_serve(state.path(), store, extra);
         let admin = std::fs::read_to_string(state.path().join("admin.token"))
@@ -131,15 +131,26 @@ impl Server {
         }
     }
 
-    fn restart(&mut self, store: &Store) {
+    pub(crate) fn restart(&mut self, store: &Store) {
+        self.restart_with(store, &[]);
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same state, with `extra` flags.
+    pub(crate) fn restart_with(&mut self, store: &Store, extra: &[&str]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, url) = spawn_serve(self.state.path(), store, &[]);
+        let (child, url) = spawn_serve(self.state.path(), store, extra);
         self.child = child;
         self.url = url;
     }
 
-    fn call(&self, method: &str, path: &str, token: &str, body: Option<&[u8]>) -> (u16, Value) {
+    pub(crate) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&[u8]>,
+    ) -> (u16, Value) {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -167,11 +178,11 @@ impl Server {
         (status, value)
     }
 
-    fn get(&self, path: &str, token: &str) -> (u16, Value) {
+    pub(crate) fn get(&self, path: &str, token: &str) -> (u16, Value) {
         self.call("GET", path, token, None)
     }
 
-    fn post_json(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
+    pub(crate) fn post_json(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
         self.call("POST", path, token, Some(body.to_string().as_bytes()))
     }
 
@@ -185,7 +196,7 @@ impl Server {
     }
 
     /// A new team and a user in it with `role`; returns the user's token.
-    fn team_with_user(&self, team: &str, user: &str, role: &str) -> String {
+    pub(crate) fn team_with_user(&self, team: &str, user: &str, role: &str) -> String {
         let (s, v) = self.post_json(
             "/v1/teams",
             &self.admin,
@@ -227,7 +238,7 @@ impl Server {
         assert_eq!(stored, trees, "{}: stored trees", self.store);
     }
 
-    fn remote(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn remote(&self, args: &[&str]) -> std::process::Output {
         Command::new(BIN)
             .arg("remote")
             .args(["--server", &self.url, "--state-dir"])
@@ -289,7 +300,7 @@ fn raw_tar(entries: &[(&[u8], tar::EntryType, &[u8], u32)]) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-fn file(path: &str, data: &str) -> (Vec<u8>, tar::EntryType, Vec<u8>, u32) {
+pub(crate) fn file(path: &str, data: &str) -> (Vec<u8>, tar::EntryType, Vec<u8>, u32) {
     (
         path.as_bytes().to_vec(),
         tar::EntryType::Regular,
@@ -298,7 +309,7 @@ fn file(path: &str, data: &str) -> (Vec<u8>, tar::EntryType, Vec<u8>, u32) {
     )
 }
 
-fn tar_of(entries: &[(Vec<u8>, tar::EntryType, Vec<u8>, u32)]) -> Vec<u8> {
+pub(crate) fn tar_of(entries: &[(Vec<u8>, tar::EntryType, Vec<u8>, u32)]) -> Vec<u8> {
     let borrowed: Vec<(&[u8], tar::EntryType, &[u8], u32)> = entries
         .iter()
         .map(|(p, k, d, m)| (&p[..], *k, &d[..], *m))
@@ -307,7 +318,7 @@ fn tar_of(entries: &[(Vec<u8>, tar::EntryType, Vec<u8>, u32)]) -> Vec<u8> {
 }
 
 /// 8000 pseudo-random printable bytes: well over 2 KiB however gzip tries.
-fn noise() -> String {
+pub(crate) fn noise() -> String {
     let mut x = 1u64;
     (0..8000)
         .map(|_| {
@@ -332,7 +343,7 @@ fn pack_dir() -> tempfile::TempDir {
     d
 }
 
-fn pack_digest(dir: &Path) -> String {
+pub(crate) fn pack_digest(dir: &Path) -> String {
     let out = Command::new(BIN)
         .args(["pack", "digest"])
         .arg(dir)
@@ -862,7 +873,13 @@ fn concurrent_pushes_of_one_pack_stay_consistent() {
 }
 
 impl Server {
-    fn save_draft(&self, name: &str, base: Option<&str>, tar: &[u8], token: &str) -> (u16, Value) {
+    pub(crate) fn save_draft(
+        &self,
+        name: &str,
+        base: Option<&str>,
+        tar: &[u8],
+        token: &str,
+    ) -> (u16, Value) {
         let base = base.map(|b| format!("&base={b}")).unwrap_or_default();
         self.call(
             "POST",

@@ -70,6 +70,19 @@ pub enum Command {
     Serve(ServeArgs),
     /// Talk to a controller (`crucible serve`).
     Remote(RemoteArgs),
+    /// For the controller only: a launch's plan, compiled as `plan run` compiles it, as JSON.
+    #[command(name = "__launch-plan", hide = true)]
+    LaunchPlan(LaunchPlanArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LaunchPlanArgs {
+    /// The delivered pack's manifest.
+    #[arg(long)]
+    pub manifest: PathBuf,
+    /// A parameter value (`name=value`) or launch setting; repeatable.
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
 }
 
 const SERVE_FOOTER: &str = "\
@@ -120,6 +133,75 @@ pub enum RemoteCommand {
     /// Drafts on the controller: versions, optionally on a base pack.
     #[command(subcommand)]
     Draft(RemoteDraftCommand),
+    /// Launch a run of a pack digest, or of `draft:NAME` (its latest version that compiles).
+    #[command(after_help = REMOTE_LAUNCH_FOOTER)]
+    Launch(RemoteLaunchArgs),
+    /// The runs of your teams, newest first, or one with `runs show RUN`.
+    Runs(RemoteRunsArgs),
+    /// Print the kept stdout and stderr of a run's tasks (all of them, or one).
+    Logs(RemoteLogsArgs),
+    /// Stop a running run: its attempts are killed and it ends `stopped`.
+    Stop(RemoteRunArg),
+}
+
+const REMOTE_LAUNCH_FOOTER: &str = "\
+Both ceilings are required; the controller refuses what `plan run` would, before any dispatch.
+
+Examples:
+  crucible remote launch tree1:3f… --max-cost 1 --max-time 5m --param topic=slag
+  crucible remote launch draft:triage --max-cost 0.5 --max-time 10m --follow
+
+Exit codes: 0 launched (with --follow: the verdict is valid); 3 with --follow, the run ended
+with any other verdict; 1 refused, with the controller's reason; 2 a bad command line.";
+
+#[derive(Args, Debug)]
+pub struct RemoteLaunchArgs {
+    /// A pack digest (`tree1:…`) or `draft:NAME`.
+    pub pack: String,
+    /// Required: the cost ceiling in USD.
+    #[arg(long = "max-cost", value_name = "USD", value_parser = cost)]
+    pub max_cost: Option<f64>,
+    /// Required: the wall-clock ceiling, as 90s, 10m, 1.5m, 2h or 1h30m.
+    #[arg(long = "max-time", value_name = "DUR", value_parser = duration)]
+    pub max_time: Option<u64>,
+    /// A parameter value (`name=value`) or launch setting (`task.model=…`); repeatable.
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    /// A capability the run provides (repeatable).
+    #[arg(long = "cap", value_name = "CAP")]
+    pub caps: Vec<String>,
+    /// The run's team (may be left out when you can edit in exactly one).
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Stream the run's rows as they settle and exit as `plan run` does.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteRunsArgs {
+    #[command(subcommand)]
+    pub command: Option<RemoteRunsCommand>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteRunsCommand {
+    /// One run: its launch, every settled row, the outcome, verdict and spend.
+    Show(RemoteRunArg),
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteRunArg {
+    /// The run's id, as `remote launch` and `remote runs` print it.
+    pub run: String,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteLogsArgs {
+    /// The run's id.
+    pub run: String,
+    /// Only this task (its instances and rounds included).
+    pub task: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

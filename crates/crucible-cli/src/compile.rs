@@ -2,7 +2,7 @@
 //! print to stdout, diagnostics to stderr, and exit 0 when clean, 1 on errors or findings.
 
 use crate::args::{
-    CheckArgs, CompileArgs, DigestArgs, Format, ParamsArgs, PictureFormat, ShowArgs,
+    CheckArgs, CompileArgs, DigestArgs, Format, LaunchPlanArgs, ParamsArgs, PictureFormat, ShowArgs,
 };
 use crate::picture;
 use anyhow::{anyhow, Context, Result};
@@ -135,6 +135,25 @@ fn wf_field(
     m.as_ref()
         .and_then(|m| m.manifest.workflow.as_ref())
         .and_then(f)
+}
+
+/// `crucible __launch-plan`: the plan a launch of the manifest runs, printed as a `Compiled`'s
+/// JSON, or its diagnostics on stderr (exit 1). The controller compiles each launch in this
+/// child process: the compile's memory limit (`bounded`) forks, which only a process with one
+/// thread may do, and the controller has many.
+pub fn launch_plan(a: &LaunchPlanArgs) -> Result<ExitCode> {
+    let m = manifest::load(&a.manifest).map_err(|e| anyhow!("{e}"))?;
+    match manifest_plan(&m, &a.params)? {
+        Ok(loaded) => {
+            let compiled = Compiled {
+                plan: Plan::clone(&loaded.plan),
+                repo_ref: loaded.repo_ref,
+            };
+            println!("{}", serde_json::to_string(&compiled)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(d) => Ok(report(&d)),
+    }
 }
 
 pub fn compile(a: &CompileArgs) -> Result<ExitCode> {

@@ -53,9 +53,14 @@ fn main() -> ExitCode {
             RunbookCommand::Select(a) => runbook::select(&a),
         },
         Command::Serve(a) => remote::serve(a),
+        Command::LaunchPlan(a) => compile::launch_plan(&a),
         Command::Remote(r) => match &r.command {
             RemoteCommand::Pack(RemotePackCommand::Push(a)) => remote::pack_push(&r, a),
             RemoteCommand::Draft(RemoteDraftCommand::Save(a)) => remote::draft_save(&r, a),
+            RemoteCommand::Launch(a) => remote::launch(&r, a),
+            RemoteCommand::Runs(a) => remote::runs(&r, a),
+            RemoteCommand::Logs(a) => remote::logs(&r, a),
+            RemoteCommand::Stop(a) => remote::stop(&r, a),
         },
     };
     match result {

@@ -2,7 +2,10 @@
 //! one HTTP call out, the controller's answer printed. A refusal exits 1 with the
 //! controller's own reason.
 
-use crate::args::{DraftSaveArgs, PushArgs, RemoteArgs, ServeArgs};
+use crate::args::{
+    DraftSaveArgs, PushArgs, RemoteArgs, RemoteLaunchArgs, RemoteLogsArgs, RemoteRunArg,
+    RemoteRunsArgs, RemoteRunsCommand, ServeArgs,
+};
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_plan::terminal::escape;
 use std::io::Write;
@@ -18,6 +21,16 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
         database: a.database,
         delivery_budget_bytes: a.delivery_budget,
         max_upload_bytes: a.max_upload,
+        compiler: std::env::current_exe().context("locating the crucible executable")?,
+        // Every run gets the operator's settings as `plan run` reads them, read once here.
+        engine: crucible_controller::EngineSettings {
+            inference: crate::run::inference_bindings()?,
+            reports: crate::run::report_config()?,
+            max_asks: crate::run::asks_bound()?,
+            history_max_bytes: crate::run::history_bound()?,
+            max_files_bytes: crate::compile::files_bound(None)?,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -164,4 +177,244 @@ fn upload(
         request = request.query(*k, v);
     }
     answer(request.send(&tar[..]), &r.server)
+}
+
+/// A GET or an empty POST to the controller, answered as JSON.
+fn call(
+    r: &RemoteArgs,
+    method: &str,
+    path: &str,
+    json: Option<&serde_json::Value>,
+) -> Result<serde_json::Value> {
+    let token = token(r)?;
+    let url = format!("{}{path}", r.server.trim_end_matches('/'));
+    let auth = format!("Bearer {token}");
+    let response = match (method, json) {
+        ("GET", _) => agent().get(&url).header("Authorization", &auth).call(),
+        (_, Some(body)) => agent()
+            .post(&url)
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json")
+            .send(body.to_string().as_bytes()),
+        (_, None) => agent()
+            .post(&url)
+            .header("Authorization", &auth)
+            .send_empty(),
+    };
+    answer(response, &r.server)
+}
+
+/// A run id as a path segment: the controller's ids are UUIDs; anything else is refused here
+/// rather than sent.
+fn run_id(run: &str) -> Result<&str> {
+    if run.is_empty() || !run.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        bail!("{} is not a run id", escape(run));
+    }
+    Ok(run)
+}
+
+/// `remote launch`: the launch, checked by the controller before it is accepted; prints the
+/// run id, and with `--follow` streams the run and exits as `plan run` does.
+pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
+    let (mut params, mut settings) = (serde_json::Map::new(), serde_json::Map::new());
+    for p in &a.params {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--param {}: give name=value", escape(p)))?;
+        let into = if k.contains('.') {
+            &mut settings
+        } else {
+            &mut params
+        };
+        into.insert(k.to_string(), v.into());
+    }
+    let body = serde_json::json!({
+        "pack": a.pack,
+        "team": a.team,
+        "params": params,
+        "settings": settings,
+        "caps": a.caps,
+        "max_cost": a.max_cost,
+        "max_time": a.max_time.map(|s| format!("{s}s")),
+    });
+    let v = call(r, "POST", "/v1/launches", Some(&body))?;
+    let id = v["id"].as_str().unwrap_or_default().to_string();
+    eprintln!(
+        "launched run {} of {} ({})",
+        escape(&id),
+        escape(v["digest"].as_str().unwrap_or_default()),
+        escape(v["source"].as_str().unwrap_or_default())
+    );
+    if !a.follow {
+        println!("{}", escape(&id));
+        return Ok(ExitCode::SUCCESS);
+    }
+    follow(r, run_id(&id)?)
+}
+
+/// Prints each row of the run as it settles, from its event stream, then the run as `runs
+/// show` does; the exit code is `plan run`'s.
+fn follow(r: &RemoteArgs, id: &str) -> Result<ExitCode> {
+    let token = token(r)?;
+    let url = format!("{}/v1/runs/{id}/events", r.server.trim_end_matches('/'));
+    let response = agent()
+        .get(&url)
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .map_err(|e| anyhow!("cannot reach the controller at {}: {e}", r.server))?;
+    if !response.status().is_success() {
+        return answer(Ok(response), &r.server).map(|_| ExitCode::FAILURE);
+    }
+    let reader = std::io::BufReader::new(response.into_body().into_reader());
+    let mut event = String::new();
+    for line in std::io::BufRead::lines(reader) {
+        let line = line.context("reading the run's events")?;
+        if let Some(e) = line.strip_prefix("event: ") {
+            event = e.to_string();
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            let v: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
+            match event.as_str() {
+                "task_result" => println!("{}", row_line(&v)),
+                "end" => break,
+                _ => {}
+            }
+        }
+    }
+    let run = call(r, "GET", &format!("/v1/runs/{id}"), None)?;
+    print_run_end(&run);
+    Ok(match (run["state"].as_str(), run["verdict"].as_str()) {
+        (Some("refused"), _) => ExitCode::FAILURE,
+        (_, Some("valid")) => ExitCode::SUCCESS,
+        _ => ExitCode::from(crate::run::EXIT_INVALID),
+    })
+}
+
+/// A settled row, as `plan run` prints one (its task's text escaped).
+fn row_line(row: &serde_json::Value) -> String {
+    let text = |k: &str| escape(row[k].as_str().unwrap_or_default());
+    let mut line = format!(
+        "{} {} attempts={} cost=${:.2} secs={:.2}",
+        text("task"),
+        text("status"),
+        row["attempts"],
+        row["cost_usd"].as_f64().unwrap_or_default(),
+        row["secs"].as_f64().unwrap_or_default()
+    );
+    if row["note"].is_string() {
+        line.push_str(&format!(" note: {}", text("note")));
+    }
+    if row["refused"].is_string() {
+        line.push_str(&format!(" refused: {}", text("refused")));
+    }
+    line
+}
+
+/// The end of a run as `plan run` prints it: outcome, spend, run and verdict.
+fn print_run_end(run: &serde_json::Value) {
+    let text = |v: &serde_json::Value| escape(v.as_str().unwrap_or("-")).into_owned();
+    match run["state"].as_str() {
+        Some("refused" | "failed") => println!("{}: {}", text(&run["state"]), text(&run["reason"])),
+        _ => println!(
+            "{}",
+            crate::inspect::outcome_line(
+                &text(&run["outcome"]),
+                run["shutdown"]["ceiling"].as_str().map(escape),
+                run["reason"].as_str()
+            )
+        ),
+    }
+    println!(
+        "spent ${:.2} of ${:.2}",
+        run["spent_usd"].as_f64().unwrap_or_default(),
+        run["request"]["max_cost"].as_f64().unwrap_or_default()
+    );
+    println!("run: {}", text(&run["id"]));
+    println!("verdict: {}", text(&run["verdict"]));
+}
+
+/// `remote runs` and `remote runs show RUN`.
+pub fn runs(r: &RemoteArgs, a: &RemoteRunsArgs) -> Result<ExitCode> {
+    if let Some(RemoteRunsCommand::Show(RemoteRunArg { run })) = &a.command {
+        let v = call(r, "GET", &format!("/v1/runs/{}", run_id(run)?), None)?;
+        let text = |k: &str| escape(v[k].as_str().unwrap_or("-"));
+        println!(
+            "run {} of team {} by {}",
+            text("id"),
+            text("team"),
+            text("launched_by")
+        );
+        println!("pack {} ({})", text("digest"), text("source"));
+        println!("state {}", text("state"));
+        for row in v["rows"].as_array().into_iter().flatten() {
+            println!("{}", row_line(row));
+        }
+        print_run_end(&v);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let v = call(r, "GET", "/v1/runs", None)?;
+    for run in v["runs"].as_array().into_iter().flatten() {
+        let text = |k: &str| escape(run[k].as_str().unwrap_or("-"));
+        println!(
+            "{}  {:<9} {:<9} {:<12} {} ({})",
+            text("id"),
+            text("state"),
+            text("verdict"),
+            text("team"),
+            text("digest"),
+            text("source")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `remote logs RUN [TASK]`: each settled row's kept files, each under a header naming it.
+pub fn logs(r: &RemoteArgs, a: &RemoteLogsArgs) -> Result<ExitCode> {
+    let path = match &a.task {
+        Some(t) => format!("/v1/runs/{}/logs/{}", run_id(&a.run)?, task_segment(t)?),
+        None => format!("/v1/runs/{}/logs", run_id(&a.run)?),
+    };
+    let v = call(r, "GET", &path, None)?;
+    let mut out = std::io::stdout().lock();
+    for row in v["rows"].as_array().into_iter().flatten() {
+        for f in row["files"].as_array().into_iter().flatten() {
+            let body = f["text"].as_str().unwrap_or_default();
+            if body.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "── {} {} ──",
+                escape(row["task"].as_str().unwrap_or_default()),
+                escape(f["file"].as_str().unwrap_or_default())
+            );
+            for line in body.lines() {
+                let _ = writeln!(out, "{}", escape(line));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A task name as a path segment: a plan's task names are identifiers.
+fn task_segment(task: &str) -> Result<&str> {
+    if task.is_empty()
+        || !task
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        bail!("{} is not a task name", escape(task));
+    }
+    Ok(task)
+}
+
+/// `remote stop RUN`.
+pub fn stop(r: &RemoteArgs, a: &RemoteRunArg) -> Result<ExitCode> {
+    call(
+        r,
+        "POST",
+        &format!("/v1/runs/{}/stop", run_id(&a.run)?),
+        None,
+    )?;
+    eprintln!("stopping run {}", escape(&a.run));
+    Ok(ExitCode::SUCCESS)
 }

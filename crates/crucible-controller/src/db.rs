@@ -13,6 +13,7 @@ use std::path::Path;
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "drafts", include_str!("../migrations/0002_drafts.sql")),
+    (3, "runs", include_str!("../migrations/0003_runs.sql")),
 ];
 
 /// Which database a controller stores into, for the start-up line (never the URL: it may

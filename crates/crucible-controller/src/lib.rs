@@ -3,14 +3,19 @@
 //! The CLI only parses and prints; everything the server does is here, one module per concern:
 //! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `trees` (the
 //! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `packs` (registration and
-//! reading), `drafts` (versions on a base, with provenance).
+//! reading), `drafts` (versions on a base, with provenance), `launches` (a launch checked and
+//! delivered), `executor` (runs on the embedded engine, resumed after a restart) and `runs`
+//! (reading and stopping runs, their logs and their event stream).
 
 pub mod audit;
 pub mod db;
 pub mod drafts;
 pub mod error;
+pub mod executor;
 pub mod identity;
+pub mod launches;
 pub mod packs;
+pub mod runs;
 pub mod trees;
 
 use anyhow::{Context, Result};
@@ -41,6 +46,23 @@ pub struct Config {
     pub database: Option<String>,
     pub delivery_budget_bytes: u64,
     pub max_upload_bytes: u64,
+    /// The `crucible` executable each launch's plan is compiled by (`crucible __launch-plan`),
+    /// in a child process under the compile's memory limit.
+    pub compiler: PathBuf,
+    /// What every run gets from the operator, as `plan run` takes it from its environment.
+    pub engine: EngineSettings,
+}
+
+/// The operator's settings for the runs the controller executes (read once, at start).
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    pub inference: crucible_agent::inference::Inference,
+    pub reports: crucible_engine::report::ReportConfig,
+    pub max_asks: u32,
+    pub history_max_bytes: u64,
+    pub max_files_bytes: u64,
+    /// Isolated tasks in flight at once, per run.
+    pub jobs: usize,
 }
 
 /// The state every handler shares.
@@ -48,6 +70,8 @@ pub struct Config {
 pub struct App {
     pub db: AnyPool,
     pub config: Arc<Config>,
+    /// The runs this controller is executing now.
+    pub executor: Arc<executor::Executor>,
 }
 
 impl App {
@@ -58,6 +82,12 @@ impl App {
     /// Spool and staging space, on the same filesystem as the store so a tree is renamed in.
     pub fn tmp_dir(&self) -> PathBuf {
         self.config.state_dir.join("tmp")
+    }
+
+    /// Each run's directory: its delivered pack (`pack/`) and, beside it, the engine's state
+    /// (`state/`).
+    pub fn runs_dir(&self) -> PathBuf {
+        self.config.state_dir.join("runs")
     }
 }
 
@@ -93,6 +123,14 @@ pub fn router(app: App) -> Router {
         .route("/v1/packs/{id}/archive", get(packs::archive))
         .route("/v1/drafts", post(drafts::save).get(drafts::list))
         .route("/v1/drafts/{id}", get(drafts::show))
+        .route("/v1/launches", post(launches::launch))
+        .route("/v1/runs", get(runs::list))
+        .route("/v1/runs/{id}", get(runs::show))
+        .route("/v1/runs/{id}/log", get(runs::session_log))
+        .route("/v1/runs/{id}/logs", get(runs::task_logs))
+        .route("/v1/runs/{id}/logs/{task}", get(runs::task_logs_of))
+        .route("/v1/runs/{id}/events", get(runs::events))
+        .route("/v1/runs/{id}/stop", post(runs::stop))
         .with_state(app)
 }
 
@@ -109,7 +147,12 @@ async fn settings(State(app): State<App>, _caller: identity::Caller) -> Json<ser
 /// bound address and the start-up facts, then serves until the process is stopped.
 pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -> Result<()> {
     let state = &config.state_dir;
-    for dir in [state.clone(), state.join("trees"), state.join("tmp")] {
+    for dir in [
+        state.clone(),
+        state.join("trees"),
+        state.join("tmp"),
+        state.join("runs"),
+    ] {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     // Spool files and staging trees left by a controller that died mid-upload.
@@ -130,7 +173,10 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
     let app = App {
         db: pool,
         config: Arc::new(config),
+        executor: Arc::default(),
     };
+    // RFC-0002:C-PLAYBOOK-RESUME: the runs a controller that stopped was executing go on.
+    executor::resume_all(&app).await?;
     axum::serve(listener, router(app))
         .await
         .context("serving")?;

@@ -147,6 +147,13 @@ impl RunError {
     }
 }
 
+/// What [`run`] refuses before any dispatch (both ceilings, then [`admission`]), decided
+/// without running anything: the controller checks a launch with it before accepting it, and
+/// [`run`] decides the same again at dispatch.
+pub fn check_launch(req: &RunRequest) -> Result<(), RunError> {
+    admit::admit(req).map(drop)
+}
+
 /// Runs the plan once. `stop` delivers operator stop requests (SIGINT/SIGTERM).
 pub async fn run(
     req: RunRequest,

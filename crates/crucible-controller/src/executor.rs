@@ -1,0 +1,192 @@
+//! The local executor (issue 12): every accepted run on the embedded engine, each on its own
+//! tokio task with its own process groups, observer and stop handle (ARCHITECTURE.md,
+//! "Embeddable"), many in one process.
+//!
+//! A run is recorded `running` before it is dispatched and recorded ended (`finished`,
+//! `refused`, `failed`) when its engine returns. A controller that starts resumes each run still
+//! recorded `running`, once (RFC-0002:C-PLAYBOOK-RESUME): the engine folds what settled from the
+//! session log and never dispatches it again, and a run whose engine had already written its
+//! shutdown is only recorded. Nothing else dispatches a recorded run, so no run starts twice.
+
+use crate::db::now_ms;
+use crate::launches::{prepare, LaunchRequest, Refusal};
+use crate::App;
+use anyhow::{Context, Result};
+use crucible_engine::{Launch, Observer, RunError, RunErrorKind, RunRequest, RunSummary};
+use sqlx::AnyPool;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use tokio::sync::{broadcast, mpsc};
+
+/// A live event besides the session log's own lines: its SSE event name and JSON data.
+pub type LiveEvent = (&'static str, String);
+
+/// The runs this controller is executing now.
+#[derive(Default)]
+pub struct Executor {
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// One executing run's handles.
+struct Live {
+    stop: mpsc::UnboundedSender<()>,
+    events: broadcast::Sender<LiveEvent>,
+}
+
+/// The run's observer: what the session log does not carry (a task starting) goes to the
+/// run's event stream.
+struct Relay {
+    events: broadcast::Sender<LiveEvent>,
+}
+
+impl Observer for Relay {
+    fn task_started(&mut self, task: &str) {
+        let data = serde_json::json!({ "task": task }).to_string();
+        // No subscriber is not an error: the stream is for whoever is watching.
+        let _ = self.events.send(("task_started", data));
+    }
+}
+
+/// How a run's engine ended, as recorded.
+enum Ended {
+    Ran(Box<RunSummary>),
+    Refused(String),
+    Failed(String),
+}
+
+impl From<Result<RunSummary, RunError>> for Ended {
+    fn from(r: Result<RunSummary, RunError>) -> Ended {
+        match r {
+            Ok(s) => Ended::Ran(Box::new(s)),
+            Err(e) => match e.kind {
+                RunErrorKind::Refused => Ended::Refused(e.message),
+                RunErrorKind::State => Ended::Failed(e.message),
+            },
+        }
+    }
+}
+
+impl Executor {
+    /// Runs `req` on its own task; the run (already recorded `running`) is recorded ended when
+    /// its engine returns, even when the engine panicked.
+    pub fn dispatch(&self, app: App, id: String, req: RunRequest) {
+        let (stop, stop_rx) = mpsc::unbounded_channel();
+        let (events, _) = broadcast::channel(1024);
+        let relay = Relay {
+            events: events.clone(),
+        };
+        self.live
+            .lock()
+            .expect("live runs")
+            .insert(id.clone(), Live { stop, events });
+        let engine = tokio::spawn(async move {
+            let mut relay = relay;
+            crucible_engine::run(req, &mut relay, stop_rx).await
+        });
+        tokio::spawn(async move {
+            let ended = match engine.await {
+                Ok(result) => Ended::from(result),
+                Err(e) => Ended::Failed(format!("the engine failed: {e}")),
+            };
+            if let Err(e) = record_end(&app.db, &id, &ended).await {
+                eprintln!("controller: recording the end of run {id}: {e:#}");
+            }
+            app.executor.live.lock().expect("live runs").remove(&id);
+        });
+    }
+
+    /// Asks a live run to stop (its attempts are killed and it ends `stopped`); false when the
+    /// run is not executing here.
+    pub fn stop(&self, id: &str) -> bool {
+        let live = self.live.lock().expect("live runs");
+        live.get(id).is_some_and(|l| l.stop.send(()).is_ok())
+    }
+
+    /// The live events of an executing run; `None` once it has ended.
+    pub fn subscribe(&self, id: &str) -> Option<broadcast::Receiver<LiveEvent>> {
+        let live = self.live.lock().expect("live runs");
+        live.get(id).map(|l| l.events.subscribe())
+    }
+
+    pub fn is_live(&self, id: &str) -> bool {
+        self.live.lock().expect("live runs").contains_key(id)
+    }
+}
+
+async fn record_end(db: &AnyPool, id: &str, ended: &Ended) -> Result<()> {
+    let (state, outcome, verdict, reason) = match ended {
+        Ended::Ran(s) => (
+            "finished",
+            Some(s.outcome.to_string()),
+            Some(s.verdict.to_string()),
+            s.reason.clone(),
+        ),
+        Ended::Refused(why) => ("refused", None, None, Some(why.clone())),
+        Ended::Failed(why) => ("failed", None, None, Some(why.clone())),
+    };
+    sqlx::query(
+        "UPDATE runs SET state = $1, outcome = $2, verdict = $3, reason = $4, ended_at = $5 \
+         WHERE id = $6",
+    )
+    .bind(state)
+    .bind(outcome)
+    .bind(verdict)
+    .bind(reason)
+    .bind(now_ms())
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// At start: removes run directories no run records (a launch the controller died accepting),
+/// then resumes every run recorded `running`, each once.
+pub async fn resume_all(app: &App) -> Result<()> {
+    for entry in std::fs::read_dir(app.runs_dir())? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let recorded: Option<String> = sqlx::query_scalar("SELECT id FROM runs WHERE id = $1")
+            .bind(&name)
+            .fetch_optional(&app.db)
+            .await?;
+        if recorded.is_none() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT id, digest, request FROM runs WHERE state = 'running' ORDER BY id")
+            .fetch_all(&app.db)
+            .await?;
+    for (id, digest, request) in rows {
+        let launch: LaunchRequest = serde_json::from_str(&request)
+            .with_context(|| format!("the recorded launch of run {id}"))?;
+        let run_dir = app.runs_dir().join(&id);
+        sqlx::query("UPDATE runs SET dispatches = dispatches + 1 WHERE id = $1")
+            .bind(&id)
+            .execute(&app.db)
+            .await?;
+        match prepare(app, &run_dir, &digest, &launch, resumption(&run_dir)).await {
+            Ok(req) => app.executor.dispatch(app.clone(), id, req),
+            Err(refusal) => {
+                let why = match refusal {
+                    Refusal::Compile(why) => format!("compile: {why}"),
+                    Refusal::Other(e) => e.to_string(),
+                };
+                let why = format!("cannot resume after a restart: {why}");
+                record_end(&app.db, &id, &Ended::Refused(why)).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a run recorded `running` goes on: the engine's run, when it had started one (its state
+/// names it), resumed; otherwise the launch was accepted and never reached its engine, and
+/// starts now.
+fn resumption(run_dir: &Path) -> Launch {
+    match crucible_engine::state::current(&run_dir.join("state")) {
+        Some(_) => Launch::Resume,
+        None => Launch::Fresh,
+    }
+}

@@ -1,0 +1,419 @@
+//! Launches (issue 12): `POST /v1/launches` names a pack digest, or `draft:NAME` (the draft's
+//! latest saved version that compiles), with parameters, launch settings, capabilities and
+//! both ceilings. Everything `plan run` refuses before dispatch is refused here, before the
+//! launch is accepted and before anything is spent, by the same function
+//! (`crucible_engine::check_launch`): one admission path. An accepted launch is recorded (it
+//! records the digest it runs, RFC-0002:C-PACK-BASE) and handed to the executor.
+//!
+//! A run's directory is `STATE_DIR/runs/<id>/`: the stored tree under the digest, delivered as
+//! the gzipped archive a remote executor would get (measured against the delivery budget at
+//! dispatch), unpacked into `pack/`; the engine's state beside it in `state/`, never in it.
+
+use crate::audit;
+use crate::db::{new_id, now_ms};
+use crate::error::{ApiError, ApiResult};
+use crate::identity::Caller;
+use crate::packs::editable_team;
+use crate::trees::{tree_dir, write_delivery};
+use crate::App;
+use axum::extract::State;
+use axum::Json;
+use crucible_engine::{Launch, RunErrorKind, RunRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A launch as accepted, kept with the run so a restarted controller can dispatch it again.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct LaunchRequest {
+    /// A pack digest (`tree1:…`) or `draft:NAME`.
+    pub pack: String,
+    /// The run's team; may be left out by a caller who can edit in exactly one team.
+    #[serde(default, skip_serializing)]
+    pub team: Option<String>,
+    /// Parameter values, by name.
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    /// Launch settings, by dotted name (`task.model`, `repo.ref`).
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    /// Capabilities the run provides.
+    #[serde(default)]
+    pub caps: Vec<String>,
+    /// The cost ceiling in USD; required (refused by admission when missing).
+    pub max_cost: Option<f64>,
+    /// The wall-clock ceiling as `plan run --max-time` takes it (`90s`, `1h30m`); required.
+    pub max_time: Option<String>,
+}
+
+impl LaunchRequest {
+    /// The compile's `--param` list: parameters as `name=value`, settings as `a.b=value`.
+    fn compile_params(&self) -> ApiResult<Vec<String>> {
+        let mut out = Vec::with_capacity(self.params.len() + self.settings.len());
+        for (k, v) in &self.params {
+            if k.is_empty() || k.contains(['.', '=']) {
+                return Err(ApiError::BadRequest(format!(
+                    "the parameter name `{}` is not a name (a launch setting goes in `settings`)",
+                    k.escape_debug()
+                )));
+            }
+            out.push(format!("{k}={v}"));
+        }
+        for (k, v) in &self.settings {
+            if !k.contains('.') || k.contains('=') {
+                return Err(ApiError::BadRequest(format!(
+                    "the launch setting `{}` is not a dotted name such as `task.model`",
+                    k.escape_debug()
+                )));
+            }
+            out.push(format!("{k}={v}"));
+        }
+        Ok(out)
+    }
+
+    fn max_secs(&self) -> ApiResult<Option<u64>> {
+        self.max_time
+            .as_deref()
+            .map(|t| {
+                crucible_plan::duration::parse(t)
+                    .map_err(|e| ApiError::BadRequest(format!("max_time: {e}")))
+            })
+            .transpose()
+    }
+}
+
+/// Why a launch cannot be dispatched. A compile refusal lets `draft:NAME` fall back to an
+/// earlier version; any other refusal is the launch's answer.
+pub(crate) enum Refusal {
+    Compile(String),
+    Other(ApiError),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Refusal {
+        Refusal::Other(e)
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        match r {
+            Refusal::Compile(why) => ApiError::Refused(format!("compile: {why}")),
+            Refusal::Other(e) => e,
+        }
+    }
+}
+
+/// How long one launch's compile may take before it is refused.
+const COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The manifest a launch runs: the delivered pack's `crucible.toml`.
+pub(crate) fn manifest_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("pack").join("crucible.toml")
+}
+
+/// Compiles the delivered pack in `run_dir` for the launch and checks it as `plan run` would;
+/// the engine request that runs it (a new run, or the resumption of the one in `state/`).
+pub(crate) async fn prepare(
+    app: &App,
+    run_dir: &Path,
+    digest: &str,
+    launch: &LaunchRequest,
+    mode: Launch,
+) -> Result<RunRequest, Refusal> {
+    let manifest_path = manifest_path(run_dir);
+    if !manifest_path.is_file() {
+        return Err(ApiError::Refused("the pack has no crucible.toml at its root".into()).into());
+    }
+    let params = launch.compile_params()?;
+    let max_secs = launch.max_secs()?;
+    let compiled = compile(&app.config.compiler, &manifest_path, &params).await?;
+    let mut manifest =
+        crucible_pack::load(&manifest_path).map_err(|e| Refusal::Compile(e.to_string()))?;
+    if let Some(r) = compiled.repo_ref {
+        manifest.set_repo_ref(r).map_err(Refusal::Compile)?;
+    }
+    let plan = crucible_plan::ValidatedPlan::new(compiled.plan).map_err(|problems| {
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        Refusal::Compile(lines.join("\n"))
+    })?;
+    let engine = &app.config.engine;
+    let req = RunRequest {
+        plan,
+        manifest,
+        pack_digest: digest.to_string(),
+        state_dir: run_dir.join("state"),
+        max_cost: launch.max_cost,
+        max_secs,
+        caps: crucible_engine::substrate_caps(&launch.caps, &engine.inference),
+        jobs: engine.jobs,
+        agent_cmd: None,
+        harness: None,
+        model: None,
+        max_files_bytes: engine.max_files_bytes,
+        launch: mode,
+        inference: engine.inference.clone(),
+        history: crucible_engine::history::History::none(engine.history_max_bytes),
+        reports: engine.reports.clone(),
+        max_asks: engine.max_asks,
+        no_sandbox: false,
+        groups: Default::default(),
+    };
+    match crucible_engine::check_launch(&req) {
+        Ok(()) => Ok(req),
+        Err(e) => Err(match e.kind {
+            RunErrorKind::Refused => ApiError::Refused(e.message),
+            RunErrorKind::State => ApiError::Internal(anyhow::anyhow!("{}", e.message)),
+        }
+        .into()),
+    }
+}
+
+/// The launch's plan, compiled by `crucible __launch-plan` in a child process (bounded as
+/// every compile is; see `crucible-cli/src/bounded.rs`).
+async fn compile(
+    compiler: &Path,
+    manifest: &Path,
+    params: &[String],
+) -> Result<crucible_dsl::Compiled, Refusal> {
+    let mut cmd = tokio::process::Command::new(compiler);
+    cmd.arg("__launch-plan")
+        .arg("--manifest")
+        .arg(manifest)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for p in params {
+        cmd.arg("--param").arg(p);
+    }
+    let out = tokio::time::timeout(COMPILE_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| {
+            Refusal::Compile(format!(
+                "the compile did not finish within {}s",
+                COMPILE_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("running the compiler: {e}")))?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let text = text.trim();
+        return Err(Refusal::Compile(
+            text.strip_prefix("error: ").unwrap_or(text).to_string(),
+        ));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("the compiler's answer: {e}")).into())
+}
+
+/// Delivers the stored tree under `digest` into `dest` as a run receives it: its gzipped
+/// archive, refused over the delivery budget in force (RFC-0002:C-PACK-BASE, at dispatch),
+/// unpacked with every file mode 0755, and checked to be that digest and no other.
+pub(crate) fn deliver(trees: &Path, digest: &str, dest: &Path, budget: u64) -> ApiResult<()> {
+    let stored = tree_dir(trees, digest)
+        .filter(|d| d.is_dir())
+        .ok_or_else(|| anyhow::anyhow!("the stored tree of {digest} is missing"))?;
+    let archive = write_delivery(&stored, Vec::new())?;
+    let size = archive.len() as u64;
+    if size > budget {
+        return Err(ApiError::Refused(format!(
+            "the pack's delivered archive is {size} bytes, over the delivery budget of {budget} \
+             bytes"
+        )));
+    }
+    let unpack = || -> std::io::Result<()> {
+        let mut a = tar::Archive::new(flate2::read::GzDecoder::new(&archive[..]));
+        for entry in a.entries()? {
+            let mut entry = entry?;
+            if entry.unpack_in(dest)? {
+                let path = dest.join(entry.path()?);
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+        Ok(())
+    };
+    std::fs::create_dir_all(dest).map_err(anyhow::Error::from)?;
+    unpack().map_err(|e| anyhow::anyhow!("unpacking the delivery: {e}"))?;
+    let got = crucible_pack::files::tree1_digest(dest).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if got != digest {
+        return Err(anyhow::anyhow!("the delivered tree is {got}, not {digest}").into());
+    }
+    Ok(())
+}
+
+/// The only refusal a launch naming something the caller cannot use gets: it cannot tell a
+/// missing pack or draft from one of another team.
+fn unavailable(what: &str) -> ApiError {
+    ApiError::Refused(format!("`{}` is not available", what.escape_debug()))
+}
+
+/// The digests a launch may run, newest first, each with how the launch named it: one for a
+/// digest, every saved version for `draft:NAME`. Only the run's team's packs and drafts.
+async fn candidates(app: &App, team_id: &str, pack: &str) -> ApiResult<Vec<(String, String)>> {
+    if let Some(name) = pack.strip_prefix("draft:") {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT v.version, v.digest FROM draft_versions v JOIN drafts d ON d.id = v.draft_id \
+             WHERE d.team_id = $1 AND d.name = $2 ORDER BY v.version DESC",
+        )
+        .bind(team_id)
+        .bind(name)
+        .fetch_all(&app.db)
+        .await?;
+        if rows.is_empty() {
+            return Err(unavailable(pack));
+        }
+        return Ok(rows
+            .into_iter()
+            .map(|(v, d)| (d, format!("{pack} version {v}")))
+            .collect());
+    }
+    let held: Option<String> = sqlx::query_scalar(
+        "SELECT r.digest FROM pack_revisions r JOIN packs p ON p.id = r.pack_id \
+         WHERE p.team_id = $1 AND r.digest = $2 \
+         UNION SELECT v.digest FROM draft_versions v JOIN drafts d ON d.id = v.draft_id \
+         WHERE d.team_id = $1 AND v.digest = $2",
+    )
+    .bind(team_id)
+    .bind(pack)
+    .fetch_optional(&app.db)
+    .await?;
+    match held {
+        Some(d) => Ok(vec![(d, "pack".into())]),
+        None => Err(unavailable(pack)),
+    }
+}
+
+/// `POST /v1/launches`: checks the launch as `plan run` would and, when nothing refuses it,
+/// records the run (state `running`) and dispatches it. A refused launch leaves no row and no
+/// file.
+pub async fn launch(
+    State(app): State<App>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let req: LaunchRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the launch is not well-formed: {e}")))?;
+    let (team, team_id) = editable_team(&caller, req.team.clone(), "launching a run")?;
+    // Malformed parameters and ceilings are refused before any pack is touched.
+    req.compile_params()?;
+    req.max_secs()?;
+    let id = new_id();
+    let run_dir = app.runs_dir().join(&id);
+    let accepted = accept(&app, &team_id, &req, &run_dir).await;
+    let recorded = match accepted {
+        Ok(a) => record(
+            &app,
+            &caller,
+            &id,
+            (team_id.as_str(), team.as_str()),
+            &a,
+            &req,
+        )
+        .await
+        .map(|()| a),
+        Err(e) => Err(e),
+    };
+    let accepted = match recorded {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(e);
+        }
+    };
+    let answer = json!({
+        "id": id,
+        "team": team,
+        "digest": accepted.digest,
+        "source": accepted.source,
+        "state": "running",
+    });
+    app.executor.dispatch(app.clone(), id, accepted.engine);
+    Ok(Json(answer))
+}
+
+/// A launch that passed every check: the digest it runs, how it was named, its engine request.
+struct Accepted {
+    digest: String,
+    source: String,
+    engine: RunRequest,
+}
+
+/// Delivers and checks the launch's candidates in turn (for a draft, the newest that
+/// compiles); the digest accepted, how the launch named it, and the engine request.
+async fn accept(
+    app: &App,
+    team_id: &str,
+    req: &LaunchRequest,
+    run_dir: &Path,
+) -> ApiResult<Accepted> {
+    let candidates = candidates(app, team_id, &req.pack).await?;
+    let mut first_failure = None;
+    for (digest, source) in candidates {
+        let _ = std::fs::remove_dir_all(run_dir);
+        let (trees, pack, budget, d) = (
+            app.trees_dir(),
+            run_dir.join("pack"),
+            app.config.delivery_budget_bytes,
+            digest.clone(),
+        );
+        tokio::task::spawn_blocking(move || deliver(&trees, &d, &pack, budget))
+            .await
+            .map_err(anyhow::Error::from)??;
+        match prepare(app, run_dir, &digest, req, Launch::Fresh).await {
+            Ok(engine) => {
+                return Ok(Accepted {
+                    digest,
+                    source,
+                    engine,
+                })
+            }
+            Err(Refusal::Compile(why)) => {
+                first_failure.get_or_insert((source, why));
+            }
+            Err(Refusal::Other(e)) => return Err(e),
+        }
+    }
+    let (source, why) = first_failure.expect("at least one candidate");
+    Err(ApiError::Refused(format!(
+        "no version compiles; {source}: compile: {why}"
+    )))
+}
+
+/// Records the accepted launch as a run in state `running`, with its audit row, before it is
+/// dispatched: a restarted controller resumes exactly what is recorded running.
+async fn record(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+    (team_id, team): (&str, &str),
+    a: &Accepted,
+    req: &LaunchRequest,
+) -> ApiResult<()> {
+    let mut tx = app.db.begin().await?;
+    sqlx::query(
+        "INSERT INTO runs (id, team_id, subject_id, digest, source, request, state, dispatches, \
+         created_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7)",
+    )
+    .bind(id)
+    .bind(team_id)
+    .bind(&caller.id)
+    .bind(&a.digest)
+    .bind(&a.source)
+    .bind(serde_json::to_string(req).map_err(anyhow::Error::from)?)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await?;
+    audit::record(
+        &mut tx,
+        &caller.id,
+        "run.launch",
+        &format!("run:{team}/{id}"),
+        &format!("{} ({})", a.digest, a.source),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! Runs (issue 12): list, show (rows, outcome, verdict, spend), the session log, task logs,
+//! stop, and a live event stream (SSE). Everything is scoped to the run's team: a run the
+//! caller may not read is answered exactly as one that does not exist, the event stream
+//! included. What a run did is read from its engine's own files (the session log and the task
+//! logs under `runs/<id>/state/`), so a run reads the same live, ended, or after a restart.
+
+use crate::error::{ApiError, ApiResult};
+use crate::identity::{Caller, Role};
+use crate::App;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use crucible_plan::wire::{Event, TaskResult};
+use serde_json::{json, Value};
+use sqlx::Row;
+use std::collections::VecDeque;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+/// One run as recorded.
+struct Recorded {
+    id: String,
+    team_id: String,
+    team: String,
+    launched_by: String,
+    digest: String,
+    source: String,
+    request: Value,
+    state: String,
+    outcome: Option<String>,
+    verdict: Option<String>,
+    reason: Option<String>,
+    dispatches: i64,
+    created_at: i64,
+    ended_at: Option<i64>,
+}
+
+const SELECT: &str = "SELECT r.id, r.team_id, t.name AS team, u.name AS launched_by, r.digest, \
+     r.source, r.request, r.state, r.outcome, r.verdict, r.reason, r.dispatches, r.created_at, \
+     r.ended_at FROM runs r JOIN subjects t ON t.id = r.team_id \
+     JOIN subjects u ON u.id = r.subject_id";
+
+impl Recorded {
+    fn of(r: &sqlx::any::AnyRow) -> ApiResult<Recorded> {
+        let request: String = r.try_get("request")?;
+        Ok(Recorded {
+            id: r.try_get("id")?,
+            team_id: r.try_get("team_id")?,
+            team: r.try_get("team")?,
+            launched_by: r.try_get("launched_by")?,
+            digest: r.try_get("digest")?,
+            source: r.try_get("source")?,
+            request: serde_json::from_str(&request).map_err(anyhow::Error::from)?,
+            state: r.try_get("state")?,
+            outcome: r.try_get("outcome")?,
+            verdict: r.try_get("verdict")?,
+            reason: r.try_get("reason")?,
+            dispatches: r.try_get("dispatches")?,
+            created_at: r.try_get("created_at")?,
+            ended_at: r.try_get("ended_at")?,
+        })
+    }
+
+    /// What a listing shows of the run.
+    fn summary(&self) -> Value {
+        json!({
+            "id": self.id,
+            "team": self.team,
+            "launched_by": self.launched_by,
+            "digest": self.digest,
+            "source": self.source,
+            "state": self.state,
+            "outcome": self.outcome,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "created_at_ms": self.created_at,
+            "ended_at_ms": self.ended_at,
+        })
+    }
+}
+
+/// The run, when the caller may read it; otherwise not found, exactly as a missing run.
+async fn readable(app: &App, caller: &Caller, id: &str) -> ApiResult<Recorded> {
+    let not_found = || ApiError::NotFound(format!("run `{}`", id.escape_debug()));
+    let row = sqlx::query(&format!("{SELECT} WHERE r.id = $1"))
+        .bind(id)
+        .fetch_optional(&app.db)
+        .await?
+        .ok_or_else(not_found)?;
+    let run = Recorded::of(&row)?;
+    caller.role_in(&run.team_id).ok_or_else(not_found)?;
+    Ok(run)
+}
+
+/// The engine's directory of the run, once its engine has started it.
+fn engine_dir(app: &App, id: &str) -> Option<PathBuf> {
+    let state = app.runs_dir().join(id).join("state");
+    let engine_run = crucible_engine::state::current(&state)?;
+    crucible_engine::state::run_dir(&state, &engine_run).ok()
+}
+
+/// `GET /v1/runs`: the runs of the caller's teams, newest first.
+pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Value>> {
+    let rows = sqlx::query(&format!(
+        "{SELECT} JOIN memberships m ON m.team_id = r.team_id WHERE m.user_id = $1 \
+         ORDER BY r.id DESC"
+    ))
+    .bind(&caller.id)
+    .fetch_all(&app.db)
+    .await?;
+    let mut runs = Vec::with_capacity(rows.len());
+    for r in &rows {
+        runs.push(Recorded::of(r)?.summary());
+    }
+    Ok(Json(json!({ "runs": runs })))
+}
+
+/// `GET /v1/runs/{id}`: the run as recorded, with what its session log says so far: every
+/// settled row, the outcome and verdict once it shut down, and its spend.
+pub async fn show(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run = readable(&app, &caller, &id).await?;
+    let dir = engine_dir(&app, &id);
+    let lines = match &dir {
+        Some(d) => crucible_engine::state::read_log(d),
+        None => Vec::new(),
+    };
+    let rows: Vec<&TaskResult> = lines
+        .iter()
+        .filter_map(|l| match &l.event {
+            Event::TaskResult(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    let shutdown = lines.iter().rev().find_map(|l| match &l.event {
+        Event::Shutdown(s) => Some(s),
+        _ => None,
+    });
+    let spent: f64 = match shutdown {
+        Some(s) => s.spent_usd,
+        None => rows.iter().map(|r| r.cost_usd).sum(),
+    };
+    let mut out = run.summary();
+    out["request"] = run.request.clone();
+    out["dispatches"] = json!(run.dispatches);
+    out["live"] = json!(app.executor.is_live(&id));
+    out["engine_run"] = json!(dir
+        .as_deref()
+        .and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().into_owned()));
+    out["rows"] = json!(rows);
+    out["spent_usd"] = json!(spent);
+    out["shutdown"] = json!(shutdown);
+    Ok(Json(out))
+}
+
+/// `GET /v1/runs/{id}/log`: the run's session log, as the engine wrote it (JSON lines).
+pub async fn session_log(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    readable(&app, &caller, &id).await?;
+    let text = match engine_dir(&app, &id) {
+        Some(d) => std::fs::read(d.join("session.jsonl")).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text))
+}
+
+/// `GET /v1/runs/{id}/logs`: every settled row's kept stdout and stderr.
+pub async fn task_logs(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    readable(&app, &caller, &id).await?;
+    Ok(Json(json!({ "rows": row_logs(&app, &id, None) })))
+}
+
+/// `GET /v1/runs/{id}/logs/{task}`: one task's (its instances' and rounds' too).
+pub async fn task_logs_of(
+    State(app): State<App>,
+    caller: Caller,
+    Path((id, task)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    readable(&app, &caller, &id).await?;
+    let rows = row_logs(&app, &id, Some(&task));
+    if rows.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "a settled row of task `{}` in this run",
+            task.escape_debug()
+        )));
+    }
+    Ok(Json(json!({ "rows": rows })))
+}
+
+/// Whether a row settles `task`: the task itself, or one of its instances or rounds
+/// (`task[key]`, `task[round-n]`).
+fn row_of(row: &str, task: &str) -> bool {
+    row == task || row.split_once('[').is_some_and(|(base, _)| base == task)
+}
+
+/// The kept log files of the settled rows (of `task`, when named), each row with its files in
+/// name order, read as text (the engine bounded them when it kept them).
+fn row_logs(app: &App, id: &str, task: Option<&str>) -> Vec<Value> {
+    let Some(dir) = engine_dir(app, id) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in crucible_engine::state::read_log(&dir) {
+        let Event::TaskResult(row) = line.event else {
+            continue;
+        };
+        if task.is_some_and(|t| !row_of(&row.task, t)) {
+            continue;
+        }
+        let mut files: Vec<PathBuf> = row
+            .log
+            .as_ref()
+            .and_then(|rel| std::fs::read_dir(dir.join(rel)).ok())
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        let files: Vec<Value> = files
+            .iter()
+            .map(|f| {
+                json!({
+                    "file": f.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "text": String::from_utf8_lossy(&std::fs::read(f).unwrap_or_default()),
+                })
+            })
+            .collect();
+        out.push(json!({ "task": row.task, "status": row.status, "files": files }));
+    }
+    out
+}
+
+/// `POST /v1/runs/{id}/stop` (editors of the run's team): asks the executing run to stop; its
+/// attempts are killed and it ends with the outcome `stopped`.
+pub async fn stop(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run = readable(&app, &caller, &id).await?;
+    if caller.role_in(&run.team_id) < Some(Role::Editor) {
+        return Err(ApiError::Forbidden(format!(
+            "stopping a run needs the editor role in team `{}`",
+            run.team
+        )));
+    }
+    if !app.executor.stop(&id) {
+        return Err(ApiError::Refused(format!(
+            "the run is not running: it is {}",
+            run.state
+        )));
+    }
+    Ok(Json(json!({ "id": id, "stopping": true })))
+}
+
+/// How often the event stream looks for new session log lines.
+const POLL: Duration = Duration::from_millis(100);
+
+/// An event stream's position: the log read so far and the live events to come.
+struct Tail {
+    app: App,
+    id: String,
+    log: Option<PathBuf>,
+    offset: u64,
+    /// A line read only in part, completed by the next read.
+    partial: Vec<u8>,
+    live: Option<tokio::sync::broadcast::Receiver<crate::executor::LiveEvent>>,
+    queued: VecDeque<Bytes>,
+    ended: bool,
+}
+
+fn frame(event: &str, data: &str) -> Bytes {
+    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+}
+
+impl Tail {
+    /// Queues every complete line the session log gained, each as an event named by its kind.
+    fn read_log(&mut self) {
+        if self.log.is_none() {
+            self.log = engine_dir(&self.app, &self.id).map(|d| d.join("session.jsonl"));
+        }
+        let Some(path) = &self.log else {
+            return;
+        };
+        let Ok(mut f) = std::fs::File::open(path) else {
+            return;
+        };
+        let mut fresh = Vec::new();
+        if f.seek(SeekFrom::Start(self.offset)).is_err() || f.read_to_end(&mut fresh).is_err() {
+            return;
+        }
+        self.offset += fresh.len() as u64;
+        self.partial.extend_from_slice(&fresh);
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..end]);
+            let kind = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["kind"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "line".into());
+            self.queued.push_back(frame(&kind, &text));
+        }
+    }
+
+    /// The next frame: a log line, a live event, or, once the run has ended and its log is
+    /// read to the end, the `end` event with the run's recorded state; `None` after that.
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(f) = self.queued.pop_front() {
+                return Some(f);
+            }
+            if self.ended {
+                return None;
+            }
+            if !self.app.executor.is_live(&self.id) {
+                // The engine is done writing: read the rest, then say how it ended.
+                self.read_log();
+                self.ended = true;
+                let state: Option<(String, Option<String>, Option<String>)> =
+                    sqlx::query_as("SELECT state, verdict, reason FROM runs WHERE id = $1")
+                        .bind(&self.id)
+                        .fetch_optional(&self.app.db)
+                        .await
+                        .ok()
+                        .flatten();
+                let (state, verdict, reason) = state.unwrap_or_default();
+                let data = json!({ "state": state, "verdict": verdict, "reason": reason });
+                self.queued.push_back(frame("end", &data.to_string()));
+                continue;
+            }
+            self.read_log();
+            if !self.queued.is_empty() {
+                continue;
+            }
+            let got = match &mut self.live {
+                Some(rx) => tokio::select! {
+                    got = rx.recv() => Some(got),
+                    _ = tokio::time::sleep(POLL) => None,
+                },
+                None => {
+                    tokio::time::sleep(POLL).await;
+                    None
+                }
+            };
+            match got {
+                Some(Ok((event, data))) => self.queued.push_back(frame(event, &data)),
+                // Closed: the run ended, which the next turn finds.
+                Some(Err(RecvError::Closed)) => self.live = None,
+                // Lagged: the log still has every row.
+                Some(Err(RecvError::Lagged(_))) | None => {}
+            }
+        }
+    }
+}
+
+/// `GET /v1/runs/{id}/events`: the run's events as server-sent events, only to a caller that
+/// may read the run: every session log line from the start (named by its kind: `start`,
+/// `plan_admitted`, `task_result`, `resumed`, `shutdown`, …), `task_started` as tasks start, and
+/// a last `end` event with the state the run was recorded in.
+pub async fn events(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    readable(&app, &caller, &id).await?;
+    let tail = Tail {
+        live: app.executor.subscribe(&id),
+        app,
+        id,
+        log: None,
+        offset: 0,
+        partial: Vec::new(),
+        queued: VecDeque::new(),
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(tail, |mut tail| async move {
+        let next = tail.next().await?;
+        Some((Ok::<_, std::convert::Infallible>(next), tail))
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    ))
+}
