@@ -5,8 +5,11 @@
 //! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `packs` (registration and
 //! reading), `drafts` (versions on a base, with provenance), `launches` (a launch checked and
 //! delivered), `executor` (runs on the embedded engine, resumed after a restart) and `runs`
-//! (reading and stopping runs, their logs and their event stream).
+//! (reading and stopping runs, their logs and their event stream); `api` routes them all and
+//! describes them in the OpenAPI document.
 
+pub mod api;
+pub use api::router;
 pub mod audit;
 pub mod db;
 pub mod drafts;
@@ -20,8 +23,7 @@ pub mod trees;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use sqlx::AnyPool;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -106,37 +108,12 @@ pub fn admin_token_file(state_dir: &std::path::Path) -> PathBuf {
     state_dir.join("admin.token")
 }
 
-/// The routes, under `/v1`.
-pub fn router(app: App) -> Router {
-    Router::new()
-        .route(
-            "/v1/health",
-            get(|| async { Json(serde_json::json!({ "ok": true })) }),
-        )
-        .route("/v1/settings", get(settings))
-        .route("/v1/whoami", get(identity::whoami))
-        .route("/v1/teams", post(identity::create_team))
-        .route("/v1/teams/{team}/members", post(identity::add_user))
-        .route("/v1/audit", get(audit::list))
-        .route("/v1/packs", post(packs::push).get(packs::list))
-        .route("/v1/packs/{id}", get(packs::show))
-        .route("/v1/packs/{id}/archive", get(packs::archive))
-        .route("/v1/drafts", post(drafts::save).get(drafts::list))
-        .route("/v1/drafts/{id}", get(drafts::show))
-        .route("/v1/launches", post(launches::launch))
-        .route("/v1/runs", get(runs::list))
-        .route("/v1/runs/{id}", get(runs::show))
-        .route("/v1/runs/{id}/log", get(runs::session_log))
-        .route("/v1/runs/{id}/logs", get(runs::task_logs))
-        .route("/v1/runs/{id}/logs/{task}", get(runs::task_logs_of))
-        .route("/v1/runs/{id}/events", get(runs::events))
-        .route("/v1/runs/{id}/stop", post(runs::stop))
-        .with_state(app)
-}
-
 /// `GET /v1/settings`: the limits in force, the delivery budget among them (C-PACK-BASE:
 /// the budget is declared and retrievable).
-async fn settings(State(app): State<App>, _caller: identity::Caller) -> Json<serde_json::Value> {
+pub(crate) async fn settings(
+    State(app): State<App>,
+    _caller: identity::Caller,
+) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "delivery_budget_bytes": app.config.delivery_budget_bytes,
         "max_upload_bytes": app.config.max_upload_bytes,

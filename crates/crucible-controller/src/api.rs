@@ -1,0 +1,334 @@
+//! The API's one table of endpoints (issue 12): each is routed from here and described from
+//! here, so the OpenAPI document served at `GET /v1/openapi.json` lists exactly the routes the
+//! controller answers, by construction.
+
+use crate::{audit, drafts, identity, launches, packs, runs, App};
+use axum::routing::{get, post, MethodRouter};
+use axum::{Json, Router};
+use serde_json::{json, Map, Value};
+
+/// An HTTP method the API uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::Get => "get",
+            Method::Post => "post",
+        }
+    }
+}
+
+/// What a request carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    None,
+    /// A JSON object.
+    Json,
+    /// An uncompressed tar of a pack's files.
+    Tar,
+}
+
+/// What a success answers, by media type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Json,
+    /// The gzipped delivery archive.
+    Gzip,
+    /// JSON lines (the session log).
+    JsonLines,
+    /// Server-sent events.
+    EventStream,
+}
+
+impl Answer {
+    fn media_type(self) -> &'static str {
+        match self {
+            Answer::Json => "application/json",
+            Answer::Gzip => "application/gzip",
+            Answer::JsonLines => "application/x-ndjson",
+            Answer::EventStream => "text/event-stream",
+        }
+    }
+}
+
+/// One operation of the API.
+pub struct Endpoint {
+    pub method: Method,
+    /// The path, with `{name}` path parameters.
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// Query parameters: name and what it is.
+    pub query: &'static [(&'static str, &'static str)],
+    pub body: Body,
+    pub answer: Answer,
+    /// Whether it needs `Authorization: Bearer TOKEN`.
+    pub token: bool,
+    route: fn() -> MethodRouter<App>,
+}
+
+const fn op(
+    method: Method,
+    path: &'static str,
+    summary: &'static str,
+    route: fn() -> MethodRouter<App>,
+) -> Endpoint {
+    Endpoint {
+        method,
+        path,
+        summary,
+        query: &[],
+        body: Body::None,
+        answer: Answer::Json,
+        token: true,
+        route,
+    }
+}
+
+impl Endpoint {
+    const fn query(mut self, query: &'static [(&'static str, &'static str)]) -> Endpoint {
+        self.query = query;
+        self
+    }
+    const fn body(mut self, body: Body) -> Endpoint {
+        self.body = body;
+        self
+    }
+    const fn answer(mut self, answer: Answer) -> Endpoint {
+        self.answer = answer;
+        self
+    }
+    const fn public(mut self) -> Endpoint {
+        self.token = false;
+        self
+    }
+}
+
+const TEAM: (&str, &str) = (
+    "team",
+    "the team; may be left out by a caller who can edit in exactly one team",
+);
+
+/// Every endpoint, in the order the document lists them.
+pub fn endpoints() -> Vec<Endpoint> {
+    use Method::{Get, Post};
+    vec![
+        op(Get, "/v1/health", "Whether the controller answers", || {
+            get(|| async { Json(json!({ "ok": true })) })
+        })
+        .public(),
+        op(Get, "/v1/openapi.json", "This document", || {
+            get(|| async { Json(document()) })
+        })
+        .public(),
+        op(Get, "/v1/settings", "The limits in force, the delivery budget among them", || {
+            get(crate::settings)
+        }),
+        op(Get, "/v1/whoami", "The caller: its teams and roles", || {
+            get(identity::whoami)
+        }),
+        op(Post, "/v1/teams", "A new team (platform admins); `{\"name\"}`", || {
+            post(identity::create_team)
+        })
+        .body(Body::Json),
+        op(
+            Post,
+            "/v1/teams/{team}/members",
+            "A new user in the team with a role (its admins); `{\"name\", \"role\"}`; answers the user's token once",
+            || post(identity::add_user),
+        )
+        .body(Body::Json),
+        op(Get, "/v1/audit", "Every change with its subject (platform admins)", || {
+            get(audit::list)
+        }),
+        op(Post, "/v1/packs", "Register a pack (a new revision when the tree differs)", || {
+            post(packs::push)
+        })
+        .query(&[("name", "the pack's name in its team"), TEAM])
+        .body(Body::Tar),
+        op(Get, "/v1/packs", "The packs of the caller's teams", || {
+            get(packs::list)
+        }),
+        op(Get, "/v1/packs/{id}", "One pack and every revision", || {
+            get(packs::show)
+        }),
+        op(
+            Get,
+            "/v1/packs/{id}/archive",
+            "The gzipped tar a run of a revision is delivered",
+            || get(packs::archive),
+        )
+        .query(&[("digest", "one of the pack's revisions; the current one when left out")])
+        .answer(Answer::Gzip),
+        op(Post, "/v1/drafts", "Save the next version of a draft, on a base or whole", || {
+            post(drafts::save)
+        })
+        .query(&[
+            ("name", "the draft's name in its team"),
+            TEAM,
+            ("base", "the base's digest: the upload is then the overlay"),
+        ])
+        .body(Body::Tar),
+        op(Get, "/v1/drafts", "The drafts of the caller's teams", || {
+            get(drafts::list)
+        }),
+        op(Get, "/v1/drafts/{id}", "One draft and every version with its provenance", || {
+            get(drafts::show)
+        }),
+        op(
+            Post,
+            "/v1/launches",
+            "Launch a run of a digest or `draft:NAME`: `{\"pack\", \"team\", \"params\", \"settings\", \"caps\", \"max_cost\", \"max_time\"}`, checked as `plan run` checks it",
+            || post(launches::launch),
+        )
+        .body(Body::Json),
+        op(Get, "/v1/runs", "The runs of the caller's teams, newest first", || {
+            get(runs::list)
+        }),
+        op(Get, "/v1/runs/{id}", "One run: its launch, rows, outcome, verdict and spend", || {
+            get(runs::show)
+        }),
+        op(Get, "/v1/runs/{id}/log", "The run's session log", || {
+            get(runs::session_log)
+        })
+        .answer(Answer::JsonLines),
+        op(Get, "/v1/runs/{id}/logs", "Every settled row's kept stdout and stderr", || {
+            get(runs::task_logs)
+        }),
+        op(
+            Get,
+            "/v1/runs/{id}/logs/{task}",
+            "One task's kept stdout and stderr (its instances and rounds included)",
+            || get(runs::task_logs_of),
+        ),
+        op(
+            Get,
+            "/v1/runs/{id}/events",
+            "The run's events: each session log line, task_started, and a last end",
+            || get(runs::events),
+        )
+        .answer(Answer::EventStream),
+        op(Post, "/v1/runs/{id}/stop", "Stop a running run (editors)", || {
+            post(runs::stop)
+        }),
+    ]
+}
+
+/// The routes of every endpoint.
+pub fn router(app: App) -> Router {
+    endpoints()
+        .iter()
+        .fold(Router::new(), |r, e| r.route(e.path, (e.route)()))
+        .with_state(app)
+}
+
+/// The path parameters of a path: each `{name}` segment.
+fn path_params(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+        .collect()
+}
+
+/// The OpenAPI 3.1 document of the API.
+pub fn document() -> Value {
+    let error = json!({
+        "description": "refused: `error` says why (400 malformed, 401 no valid token, 403 a role \
+                        that does not allow it, 404 not found or not readable, 413 too large, \
+                        422 refused by a rule)",
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+    });
+    let mut paths = Map::new();
+    for e in endpoints() {
+        let mut parameters: Vec<Value> = path_params(e.path)
+            .into_iter()
+            .map(|p| json!({ "name": p, "in": "path", "required": true, "schema": { "type": "string" } }))
+            .collect();
+        parameters.extend(e.query.iter().map(|(name, what)| {
+            json!({ "name": name, "in": "query", "description": what, "schema": { "type": "string" } })
+        }));
+        let mut operation = json!({
+            "summary": e.summary,
+            "parameters": parameters,
+            "responses": {
+                "200": {
+                    "description": "done",
+                    "content": { e.answer.media_type(): {} }
+                },
+                "default": error,
+            },
+        });
+        match e.body {
+            Body::None => {}
+            Body::Json => {
+                operation["requestBody"] = json!({
+                    "required": true,
+                    "content": { "application/json": { "schema": { "type": "object" } } }
+                })
+            }
+            Body::Tar => {
+                operation["requestBody"] = json!({
+                    "required": true,
+                    "content": { "application/x-tar": {} }
+                })
+            }
+        }
+        operation["security"] = match e.token {
+            true => json!([{ "token": [] }]),
+            false => json!([]),
+        };
+        let item = paths
+            .entry(e.path)
+            .or_insert_with(|| Value::Object(Map::new()));
+        item[e.method.name()] = operation;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "crucible controller",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A team's packs, drafts and runs (docs/controller.md)."
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": { "token": { "type": "http", "scheme": "bearer" } },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": { "error": { "type": "string" } }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Each operation is listed once, and every path parameter is declared.
+    #[test]
+    fn the_document_lists_each_operation_once_with_its_parameters() {
+        let doc = document();
+        let mut seen = std::collections::BTreeSet::new();
+        for e in endpoints() {
+            assert!(seen.insert((e.path, e.method.name())), "{} twice", e.path);
+            let op = &doc["paths"][e.path][e.method.name()];
+            for p in path_params(e.path) {
+                let declared = op["parameters"].as_array().unwrap();
+                assert!(declared.iter().any(|d| d["name"] == p && d["in"] == "path"));
+            }
+        }
+        let operations: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|item| item.as_object().unwrap().len())
+            .sum();
+        assert_eq!(operations, seen.len());
+    }
+}
