@@ -31,7 +31,11 @@ pub fn parse(text: &str) -> Result<u64, String> {
             b's' => 1.0,
             b'm' => 60.0,
             b'h' => 3600.0,
-            _ => return Err(format!("`{text}` has no unit: write 90s, 10m or 2h")),
+            _ => {
+                return Err(format!(
+                    "`{text}` has an unknown unit: the units are s, m and h, as 90s, 10m or 1h30m"
+                ))
+            }
         };
         total += n * unit;
         rest = &tail[1..];
@@ -75,7 +79,8 @@ mod tests {
         assert_eq!(super::parse("2h"), Ok(7200));
         assert!(super::parse("0s").is_err());
         assert!(super::parse("10").is_err());
-        assert!(super::parse("1d").is_err());
+        assert!(super::parse("1d").unwrap_err().contains("unknown unit"));
+        assert!(super::parse("10").unwrap_err().contains("has no unit"));
         assert!(super::parse("-5s").is_err());
         assert!(super::parse("18446744073709551615s").is_err());
         assert!(super::parse("99999999999999999999h").is_err());
