@@ -4,8 +4,8 @@
 #   bench/sandbox-cost.sh [path/to/crucible]
 #
 # 1. The shapes alone (bench/sandbox-shapes.c, compiled with cc): ROUNDS rounds of SPAWNS spawns
-#    of `sh -c "echo '{}'"` plain, under one `bwrap` each (the engine's shape) and in namespaces
-#    made in the child (the candidate shape), the shapes alternated within each round;
+#    of `sh -c "echo '{}'"` plain, under one `bwrap` each (the engine's former shape) and in
+#    namespaces made in the child (the engine's shape), the shapes alternated within each round;
 #    prints each shape's median milliseconds per spawn and its cost over plain.
 # 2. The engine: a chain of N `echo '{}'` command tasks (serial, so nothing hides a spawn), run
 #    sandboxed and with --no-sandbox, alternated, PAIRS times; prints the median wall time of

@@ -2,11 +2,11 @@
  * the engine: N spawns of `sh -c "echo '{}'"`, one after another, each waited for, in
  *
  *   plain   fork + exec, no sandbox (what --no-sandbox costs);
- *   bwrap   bubblewrap with the flags the engine passes it (pack hidden,
+ *   bwrap   bubblewrap with the flags the engine passed it until 2026-12-01 (pack hidden,
  *           workspace bound read-write, its inputs/ read-only, /dev, /proc, /tmp, PID and IPC
  *           namespaces, --die-with-parent, --cap-drop ALL);
- *   native  the same layout made in the spawned child itself, the candidate shape (not in the
- *           engine): a PID namespace and a second fork (the task is PID 1), mount and IPC namespaces,
+ *   native  the same layout made in the child as crates/crucible-engine/src/sandbox/jail.rs makes
+ *           it: a PID namespace and a second fork (the task is PID 1), mount and IPC namespaces,
  *           sources captured with open_tree, the tree read-only with mount_setattr, /dev, /proc,
  *           /tmp, the pack hidden by a tmpfs, the binds moved in, capabilities dropped.
  *

@@ -133,13 +133,18 @@ fn evaluate_threshold_and_notes() {
     assert_eq!(p.row("vetoed")["note"], "flaky");
 }
 
-// RFC-0001 notes §4: a spawn failure is a transport failure, retried twice. Unsandboxed: under
-// the sandbox the engine spawns `bwrap`, and no PATH holding it can make that spawn fail.
+// RFC-0001 notes §4: a spawn failure is a transport failure, retried twice, sandboxed or not.
 #[test]
 fn spawn_failure_is_transport_retried_twice() {
+    for flags in [&[][..], &["--no-sandbox"][..]] {
+        spawn_failure_is_transport(flags);
+    }
+}
+
+fn spawn_failure_is_transport(flags: &[&str]) {
     let p = Pack::playbook(&command("t", "true", ""));
     let r = p
-        .command(&p.run_args(&["--no-sandbox"]))
+        .command(&p.run_args(flags))
         .env("PATH", "/nonexistent")
         .run();
     assert_eq!(r.code, 3, "{r:?}");

@@ -207,36 +207,45 @@ fn the_setsid_survivor_after_sigkill_and_resume() {
     assert_eq!(p.row("slow")["status"], "pass");
 }
 
-// No bubblewrap: `plan run` refuses before dispatch naming the package and the opt-outs, and
-// `check` reports the same; `--no-sandbox` and `[sandbox] enabled = false` run unsandboxed,
-// where a task sees the pack.
+/// `crucible args` on a host that cannot make the sandbox: in a user namespace whose limit on
+/// further user namespaces is 0, without a capability (so it needs one for its own namespaces).
+fn fenced(p: &Pack, args: &[String]) -> crate::support::Cmd {
+    let mut c = std::process::Command::new("unshare");
+    c.args(["-U", "-r", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all -- \"$@\"")
+        .args(["sh", crate::support::BIN])
+        .args(args)
+        .current_dir(p.path())
+        .env("PACK", p.probe())
+        .stdin(Stdio::null());
+    crate::support::Cmd(c)
+}
+
+// A host that cannot make the sandbox (no capability and no user namespaces): `plan run` refuses
+// before dispatch naming why and the opt-outs, and `check` reports the same; `--no-sandbox` and
+// `[sandbox] enabled = false` run unsandboxed, where a task sees the pack.
 #[test]
-fn without_bubblewrap_the_run_is_refused_unless_opted_out() {
+fn without_namespaces_the_run_is_refused_unless_opted_out() {
     let p = Pack::playbook(&command("a", "test -e ../crucible.toml && echo '{}'", ""));
-    // Only `sh` on PATH: no `bwrap`.
-    let bin = crate::support::probe_dir();
-    let sh = std::process::Command::new("sh")
-        .args(["-c", "command -v sh"])
-        .output()
-        .unwrap();
-    let sh = String::from_utf8(sh.stdout).unwrap();
-    std::os::unix::fs::symlink(sh.trim(), bin.path().join("sh")).unwrap();
-    let path = bin.path().to_string_lossy().into_owned();
-    let refused = p.command(&p.run_args(&[])).env("PATH", &path).run();
+    let refused = fenced(&p, &p.run_args(&[])).run();
     assert_eq!(refused.code, 1, "{refused:?}");
     assert!(
-        refused.stderr.contains("`bubblewrap` package"),
+        refused.stderr.contains("this host cannot make one"),
         "{refused:?}"
     );
     assert!(refused.stderr.contains("--no-sandbox"), "{refused:?}");
     assert!(!p.state().join("runs").exists(), "nothing was dispatched");
-    let check = p.check().env("PATH", &path).run();
+    let check = fenced(
+        &p,
+        &["check".into(), "--manifest".into(), "crucible.toml".into()],
+    )
+    .run();
     assert_eq!(check.code, 1, "{check:?}");
-    assert!(check.stderr.contains("`bubblewrap` package"), "{check:?}");
-    let off = p
-        .command(&p.run_args(&["--no-sandbox"]))
-        .env("PATH", &path)
-        .run();
+    assert!(
+        check.stderr.contains("this host cannot make one"),
+        "{check:?}"
+    );
+    let off = fenced(&p, &p.run_args(&["--no-sandbox"])).run();
     assert_eq!(off.code, 0, "{off:?}");
     // In the sandbox the same task cannot see the pack.
     assert_eq!(p.run(&[]).code, 3);
@@ -253,6 +262,41 @@ fn without_bubblewrap_the_run_is_refused_unless_opted_out() {
         "{check:?}"
     );
     assert_eq!(q.run(&[]).code, 0);
+}
+
+// An engine that is not root makes the same sandbox inside a user namespace mapping only its
+// own ids: run as `nobody`, a task still cannot see the pack or the state, cannot write what is
+// read-only, and writes its workspace.
+#[test]
+fn an_unprivileged_engine_sandboxes_its_tasks_too() {
+    let p = Pack::playbook(&command(
+        "a",
+        "test ! -e ../crucible.toml && test ! -e ../state/runs/*/session.jsonl && ! touch /etc/x 2>/dev/null \
+         && touch made.txt && echo '{}'",
+        "",
+    ));
+    // A copy of the engine nobody can run wherever the build is.
+    let bin = p.probe().join("crucible");
+    std::fs::copy(crate::support::BIN, &bin).unwrap();
+    for root in [p.path(), p.probe()] {
+        let own = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(root)
+            .status()
+            .unwrap();
+        assert!(own.success());
+    }
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(p.run_args(&[]))
+        .current_dir(p.path())
+        .env("HOME", p.probe())
+        .env("PACK", p.probe())
+        .stdin(Stdio::null());
+    let r = crate::support::Cmd(c).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(p.workspace().join("made.txt").exists());
 }
 
 /// A manifest with two agent tasks on the command backend whose turn tries the loopback server
@@ -343,7 +387,7 @@ fn named_sandboxes_it_cannot_honour_are_refused_by_check_and_run_alike() {
         (
             "[agent.sandbox.offline]",
             &["--no-sandbox"][..],
-            "task `boxed` names sandbox `offline` (no network), which needs the bubblewrap sandbox",
+            "task `boxed` names sandbox `offline` (no network), which needs the sandbox this run opted out of",
         ),
     ] {
         let p = Pack::playbook(&sandboxed_agents(1, table));

@@ -445,8 +445,8 @@ pub struct RunArgs {
     /// Isolated tasks run concurrently up to this many, at least 1 (default: CPU count).
     #[arg(long, value_parser = jobs)]
     pub jobs: Option<usize>,
-    /// Run tasks unsandboxed, as the engine's own user (the default runs every attempt under
-    /// bubblewrap; docs/security.md).
+    /// Run tasks unsandboxed, as the engine's own user (the default runs every attempt in its
+    /// own namespaces; docs/security.md).
     #[arg(long = "no-sandbox")]
     pub no_sandbox: bool,
     /// Run agent turns through this command instead of a harness.

@@ -667,10 +667,9 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
 fn print_sandbox(m: &crucible_pack::Manifest) -> bool {
     use crucible_engine::sandbox::{mode, Mode, FLAG};
     let runs = match mode(false, m.sandbox.enabled) {
-        Ok(Mode::Bwrap(path)) => {
+        Ok(Mode::Namespaces) => {
             println!(
-                "sandbox: bubblewrap ({}): workspace read-write, staged inputs read-only, pack and state hidden, own PID namespace, private /tmp, network shared; {FLAG} runs unsandboxed",
-                path.display()
+                "sandbox: namespaces: workspace read-write, staged inputs read-only, pack and state hidden, own PID namespace, private /tmp, network shared; {FLAG} runs unsandboxed"
             );
             true
         }

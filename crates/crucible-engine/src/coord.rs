@@ -92,17 +92,14 @@ struct Report {
 }
 
 impl Ctx {
-    /// The spawn an attempt of `task` runs: `spawn` under the run's sandbox (without a network
-    /// in a named sandbox), or as it is when opted out (admission refuses a named sandbox then).
-    fn sandboxed(
+    /// The sandbox an attempt of `task` runs `spawn` in (without a network in a named sandbox),
+    /// or none when opted out (admission refuses a named sandbox then).
+    fn jail(
         &self,
         task: &str,
-        spawn: crucible_agent::spawn::Spawn,
-    ) -> crucible_agent::spawn::Spawn {
-        match &self.sandbox {
-            Some(sb) => sb.wrap(spawn, self.sandboxes.contains_key(task)),
-            None => spawn,
-        }
+        spawn: &crucible_agent::spawn::Spawn,
+    ) -> Option<crate::sandbox::Jail> {
+        (self.sandbox.as_ref()).map(|sb| sb.jail(spawn, self.sandboxes.contains_key(task)))
     }
 }
 
@@ -199,7 +196,7 @@ struct Ctx {
     /// What runs agent turns (admission requires it when the plan has agent tasks).
     agents: Agents,
     agent_env: Vec<(String, String)>,
-    /// The bubblewrap layout every attempt's spawn is wrapped in; `None` when opted out.
+    /// The sandbox layout every attempt runs in; `None` when opted out.
     sandbox: Option<crate::sandbox::Sandbox>,
     /// Each task in a named sandbox, by task name (admitted).
     sandboxes: std::collections::BTreeMap<String, crate::sandbox::Named>,
@@ -337,7 +334,7 @@ pub async fn execute(
     let ws = std::path::absolute(&ws).map_err(refused("workspace"))?;
     let state_dir = std::path::absolute(&req.state_dir).map_err(refused("state directory"))?;
     // Admission refused a state directory and a workspace that overlap.
-    // Issue 11: every attempt under bubblewrap unless the operator opted out; refused here,
+    // Issue 11: every attempt in a sandbox unless the operator opted out; refused here,
     // before anything is touched, when it is wanted and missing.
     let sandbox_mode = crate::sandbox::mode(req.no_sandbox, req.manifest.manifest.sandbox.enabled)
         .map_err(RunError::refused)?;
@@ -502,8 +499,7 @@ pub async fn execute(
         run_deadline,
         agents: Agents::new(&adm, &run_dir, &req.inference, &prices)?,
         sandbox: match sandbox_mode {
-            crate::sandbox::Mode::Bwrap(bwrap) => Some(crate::sandbox::Sandbox::new(
-                bwrap,
+            crate::sandbox::Mode::Namespaces => Some(crate::sandbox::Sandbox::new(
                 &req.manifest.manifest.sandbox.expose,
                 &req.manifest.dir,
                 &state_dir,

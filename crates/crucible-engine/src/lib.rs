@@ -69,7 +69,7 @@ pub struct RunRequest {
     pub reports: report::ReportConfig,
     /// The most asks the run may emit (RFC-0002:C-ASKS).
     pub max_asks: u32,
-    /// `--no-sandbox`: the operator's opt-out of the bubblewrap sandbox.
+    /// `--no-sandbox`: the operator's opt-out of the sandbox.
     pub no_sandbox: bool,
     /// The run's attempt process groups: the caller keeps a handle to kill them all at once.
     pub groups: std::sync::Arc<ProcessGroups>,

@@ -229,10 +229,12 @@ fn seal_inherited_fds() {
 }
 
 /// Runs `spawn` as its own process group of the run's `groups`, with only the spawn's
-/// environment, until it exits, its deadline falls, or `abort` says so; each stdout line goes to
-/// `lines` as it arrives. An `Err` is a spawn failure: a transport failure of the attempt.
+/// environment, in `jail` when sandboxed, until it exits, its deadline falls, or `abort` says so;
+/// each stdout line goes to `lines` as it arrives. An `Err` is a spawn failure: a transport
+/// failure of the attempt.
 pub async fn run(
     spawn: &Spawn,
+    jail: Option<&crate::sandbox::Jail>,
     deadline: Deadline,
     mut abort: watch::Receiver<Abort>,
     lines: Option<mpsc::UnboundedSender<Vec<u8>>>,
@@ -251,6 +253,11 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(jail) = jail {
+        // SAFETY: the hook only makes async-signal-safe system calls on data prepared before
+        // the fork (sandbox::jail).
+        unsafe { cmd.pre_exec(jail.pre_exec()) };
+    }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     groups.register(pgid);
@@ -389,7 +396,7 @@ mod tests {
     async fn captures_output_and_status() {
         let (_tx, rx) = watch::channel(Abort::None);
         let s = sh("echo $X; echo err >&2; exit 3", &[("X", "7")]);
-        let f = run(&s, far(), rx, None, &ProcessGroups::default())
+        let f = run(&s, None, far(), rx, None, &ProcessGroups::default())
             .await
             .unwrap();
         assert!(matches!(f.ended, Ended::Exited(s) if s.code() == Some(3)));
@@ -407,6 +414,7 @@ mod tests {
         };
         let f = run(
             &sh("sleep 30 & echo $!; wait", &[]),
+            None,
             d,
             rx,
             None,
@@ -429,6 +437,7 @@ mod tests {
         let h = tokio::spawn(async move {
             run(
                 &sh("sleep 30", &[]),
+                None,
                 far(),
                 rx,
                 None,
@@ -446,9 +455,16 @@ mod tests {
     async fn long_output_keeps_its_end() {
         let (_tx, rx) = watch::channel(Abort::None);
         let cmd = "yes x | head -c 3000000; echo; echo '{\"last\": true}'";
-        let f = run(&sh(cmd, &[]), far(), rx, None, &ProcessGroups::default())
-            .await
-            .unwrap();
+        let f = run(
+            &sh(cmd, &[]),
+            None,
+            far(),
+            rx,
+            None,
+            &ProcessGroups::default(),
+        )
+        .await
+        .unwrap();
         assert!(f.stdout.len() <= STDOUT_KEEP);
         assert!(f.stdout.ends_with(b"{\"last\": true}\n"));
     }
@@ -457,7 +473,7 @@ mod tests {
     async fn spawn_failure_is_an_error() {
         let (_tx, rx) = watch::channel(Abort::None);
         let s = Spawn::shell("true", Path::new("/nonexistent-dir"), Vec::new());
-        assert!(run(&s, far(), rx, None, &ProcessGroups::default())
+        assert!(run(&s, None, far(), rx, None, &ProcessGroups::default())
             .await
             .is_err());
     }
@@ -468,7 +484,7 @@ mod tests {
         let (_tx, rx) = watch::channel(Abort::None);
         let home = std::env::var("HOME").unwrap_or_default();
         let s = sh("env", &[("ONLY", "this")]);
-        let f = run(&s, far(), rx, None, &ProcessGroups::default())
+        let f = run(&s, None, far(), rx, None, &ProcessGroups::default())
             .await
             .unwrap();
         let text = String::from_utf8_lossy(&f.stdout);
@@ -487,7 +503,7 @@ mod tests {
         let (lines, mut got) = mpsc::unbounded_channel();
         let s = sh("echo one; echo two; sleep 1; printf three", &[]);
         let h = tokio::spawn(async move {
-            run(&s, far(), rx, Some(lines), &ProcessGroups::default())
+            run(&s, None, far(), rx, Some(lines), &ProcessGroups::default())
                 .await
                 .unwrap()
         });
@@ -510,8 +526,12 @@ mod tests {
         let (_tx1, rx1) = watch::channel(Abort::None);
         let (_tx2, rx2) = watch::channel(Abort::None);
         let (a, b) = (mine.clone(), theirs.clone());
-        let h1 = tokio::spawn(async move { run(&sh("sleep 30", &[]), far(), rx1, None, &a).await });
-        let h2 = tokio::spawn(async move { run(&sh("sleep 1", &[]), far(), rx2, None, &b).await });
+        let h1 =
+            tokio::spawn(
+                async move { run(&sh("sleep 30", &[]), None, far(), rx1, None, &a).await },
+            );
+        let h2 =
+            tokio::spawn(async move { run(&sh("sleep 1", &[]), None, far(), rx2, None, &b).await });
         while mine.live.lock().unwrap().is_empty() || theirs.live.lock().unwrap().is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

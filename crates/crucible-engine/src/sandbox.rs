@@ -1,37 +1,38 @@
 //! Every attempt in a sandbox (issue 11, item 1; ARCHITECTURE.md, "A task is untrusted";
 //! RFC-0002:C-PLAYBOOK-BUDGET, C-TASK-FILES).
 //!
-//! [`Sandbox::wrap`] turns the [`Spawn`] an attempt would run into the same spawn under
-//! bubblewrap (`bwrap`), so `proc` runs and kills it exactly as before. Inside, the host's file
-//! system is read-only; the pack directory and the state directory are replaced by empty
-//! directories (so the session log, `run.json`, other runs and `workflow.star` are out of reach);
-//! then the attempt's own paths are bound back: its workspace or isolated checkout read-write,
-//! the staged `inputs/` in it read-only (a bind mount is read-only for root too), the run's
-//! `inputs/` (the inputs and prompt files the contract names) and git memory read-only, and the
-//! paths the spawn asks for (a harness's config and install directories). `/tmp` is private.
-//! The attempt gets its own PID namespace whose init is bubblewrap, tied to the engine with
-//! `--die-with-parent`: when the attempt's process exits or is killed, or the engine dies however
-//! it dies, the kernel kills everything left in the namespace, `setsid` survivors included.
-//! Every capability is dropped (`--cap-drop ALL`): an engine run as root would otherwise hand
-//! its tasks `CAP_SYS_ADMIN`, and a task could simply unmount what hides the state directory or
-//! remount its inputs read-write. A root task keeps uid 0 (it owns what root owns) and nothing more.
-//! The network is shared, except for an agent task in a named sandbox ([`Named`]), which has none.
-//! Host paths the manifest exposes (`[sandbox] expose`) are bound
+//! [`Sandbox::jail`] prepares, for the [`Spawn`] an attempt runs, the namespaces its child
+//! makes before `exec` ([`jail`]), so `proc` runs, times and kills it exactly as before. Inside,
+//! the host's file system is read-only; the pack directory and the state directory are replaced
+//! by empty directories (so the session log, `run.json`, other runs and `workflow.star` are out
+//! of reach); then the attempt's own paths are bound back: its workspace or isolated checkout
+//! read-write, the staged `inputs/` in it read-only (a bind mount is read-only for root too), the
+//! run's `inputs/` (the inputs and prompt files the contract names) and git memory read-only, and
+//! the paths the spawn asks for (a harness's config and install directories). `/tmp` is private.
+//! The attempt's process is PID 1 of its own PID namespace, tied to the engine: when it exits or
+//! is killed, or the engine dies however it dies, the kernel kills everything left in the
+//! namespace, `setsid` survivors included. Every capability is dropped: an engine run as root
+//! would otherwise hand its tasks `CAP_SYS_ADMIN`, and a task could simply unmount what hides the
+//! state directory or remount its inputs read-write. A root task keeps uid 0 (it owns what root
+//! owns) and nothing more. The network is shared, except for an agent task in a named sandbox
+//! ([`Named`]), which has none. Host paths the manifest exposes (`[sandbox] expose`) are bound
 //! read-write before the pack and the state directory are hidden, so neither is ever reachable
-//! through one of them.
+//! through one of them. The layout is bubblewrap's (what this module ran until it was measured:
+//! bench/README.md, "The sandbox's cost"), made without a helper process or a new root.
+
+mod jail;
 
 use crucible_agent::spawn::Spawn;
 use crucible_pack::manifest::Manifest;
+pub use jail::Jail;
+use jail::{Bind, Plan, Step};
 use std::path::{Path, PathBuf};
-
-/// The Debian package that provides `bwrap`.
-pub const PACKAGE: &str = "bubblewrap";
 
 /// How the run's attempts are spawned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Under bubblewrap, at this path.
-    Bwrap(PathBuf),
+    /// In namespaces the engine makes for each attempt.
+    Namespaces,
     /// Unsandboxed, because the operator said so (named: the flag or the manifest key).
     Off(&'static str),
 }
@@ -41,7 +42,7 @@ pub const FLAG: &str = "--no-sandbox";
 pub const MANIFEST_KEY: &str = "[sandbox] enabled = false";
 
 /// Decides the mode: sandboxed unless the operator opted out; refused (before any dispatch)
-/// when bubblewrap is wanted and missing.
+/// when the sandbox is wanted and this host cannot make it (tried once, empty).
 pub fn mode(no_sandbox_flag: bool, manifest_enabled: bool) -> Result<Mode, String> {
     if no_sandbox_flag {
         return Ok(Mode::Off(FLAG));
@@ -49,23 +50,36 @@ pub fn mode(no_sandbox_flag: bool, manifest_enabled: bool) -> Result<Mode, Strin
     if !manifest_enabled {
         return Ok(Mode::Off(MANIFEST_KEY));
     }
-    find_bwrap().map(Mode::Bwrap).ok_or_else(|| {
+    probe().map(|()| Mode::Namespaces).map_err(|why| {
         format!(
-            "tasks run in a bubblewrap sandbox and `bwrap` is not on PATH: install the `{PACKAGE}` package (apt-get install {PACKAGE}), or opt out with {FLAG} or {MANIFEST_KEY}"
+            "tasks run in a sandbox of Linux namespaces and this host cannot make one ({why}): run the engine as root or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0), or opt out with {FLAG} or {MANIFEST_KEY}"
         )
     })
 }
 
-/// `bwrap` on the engine's PATH.
-fn find_bwrap() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("bwrap"))
-        .find(|p| p.is_file())
+/// Makes an empty sandbox once, in a child that exits instead of running anything: whether this
+/// host lets the engine make one, and if not, the step that failed.
+fn probe() -> Result<(), String> {
+    let root = Path::new("/");
+    let jail = Jail::new(plan(Vec::new(), Vec::new(), root, false));
+    jail.try_make()
+        .map_err(|why| crucible_plan::terminal::escape(why.trim()).into_owned())
+}
+
+/// The plan for binds and steps (in order), working in `cwd`.
+fn plan(binds: Vec<Bind>, steps: Vec<Step>, cwd: &Path, no_network: bool) -> Plan {
+    Plan {
+        binds,
+        steps,
+        cwd: jail::c_path(cwd),
+        no_network,
+        user_maps: (!jail::may_mount()).then(jail::own_maps),
+        engine: std::process::id() as libc::pid_t,
+    }
 }
 
 /// A task's named sandbox (`sandbox = "name"` naming `[agent.sandbox.<name>]`): the run's layout
-/// with no network (`--unshare-net`: only its own loopback), and of the manifest's declared
+/// with no network (a network namespace of its own: only its loopback), and of the manifest's declared
 /// `[env].secrets` only those it lists. An image or an egress allowlist is refused before any
 /// dispatch (`LoadedManifest::unbuilt`), so neither appears here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +109,7 @@ pub fn named(manifest: &Manifest, name: &str, sandboxed: bool) -> Result<Named, 
     }
     if !sandboxed {
         return Err(format!(
-            "names sandbox `{name}` (no network), which needs the bubblewrap sandbox this run opted out of ({FLAG} or {MANIFEST_KEY})"
+            "names sandbox `{name}` (no network), which needs the sandbox this run opted out of ({FLAG} or {MANIFEST_KEY})"
         ));
     }
     Ok(Named {
@@ -107,7 +121,6 @@ pub fn named(manifest: &Manifest, name: &str, sandboxed: bool) -> Result<Named, 
 /// One run's sandbox layout.
 #[derive(Clone, Debug)]
 pub struct Sandbox {
-    bwrap: PathBuf,
     /// Host paths the manifest exposes read-write (`[sandbox] expose`), bound before the hidden
     /// ones are hidden.
     exposed: Vec<PathBuf>,
@@ -118,113 +131,103 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    pub fn new(
-        bwrap: PathBuf,
-        exposed: &[String],
-        pack: &Path,
-        state: &Path,
-        run_dir: &Path,
-    ) -> Sandbox {
+    pub fn new(exposed: &[String], pack: &Path, state: &Path, run_dir: &Path) -> Sandbox {
         Sandbox {
-            bwrap,
-            exposed: exposed.iter().map(PathBuf::from).collect(),
+            // Relative to where the engine was launched, as every manifest path on the
+            // command line is.
+            exposed: exposed
+                .iter()
+                .map(|e| std::path::absolute(e).unwrap_or_else(|_| PathBuf::from(e)))
+                .collect(),
             hidden: vec![pack.to_path_buf(), state.to_path_buf()],
             readable: vec![run_dir.join("inputs"), run_dir.join("memory")],
         }
     }
 
-    /// `spawn` run under bubblewrap: the same environment (bwrap passes its own to the task),
-    /// the same working directory, the layout described at the top of this module; without a
-    /// network when `no_network` (a task in a named sandbox).
-    pub fn wrap(&self, spawn: Spawn, no_network: bool) -> Spawn {
-        let s = |p: &Path| p.to_string_lossy().into_owned();
-        let mut argv: Vec<String> = [
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--die-with-parent",
-            "--cap-drop",
-            "ALL",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-        argv.insert(0, s(&self.bwrap));
-        if no_network {
-            argv.push("--unshare-net".to_string());
-        }
-        let mut op = |flag: &str, path: &Path| {
-            argv.extend([flag.to_string(), s(path)]);
-            if flag != "--tmpfs" {
-                argv.push(s(path));
-            }
+    /// The sandbox `spawn` runs in: the layout described at the top of this module, in this
+    /// order (a later mount covers an earlier one); without a network when `no_network` (a task
+    /// in a named sandbox).
+    pub fn jail(&self, spawn: &Spawn, no_network: bool) -> Jail {
+        let mut binds = Vec::new();
+        let mut steps = Vec::new();
+        let mut bind = |b: Bind| {
+            steps.push(Step::Bind(binds.len()));
+            binds.push(b);
         };
         for e in &self.exposed {
-            op("--bind-try", e);
+            bind(Bind::new(e, true, true));
         }
-        for h in &self.hidden {
-            op("--tmpfs", h);
-        }
-        op("--bind", &spawn.cwd);
+        let mut hide: Vec<Step> = (self.hidden.iter())
+            .map(|h| Step::Hide(jail::c_path(h), jail::ancestors(h)))
+            .collect();
+        bind(Bind::new(&spawn.cwd, true, false));
         let inputs = spawn.cwd.join(crate::files::INPUTS_DIR);
         if inputs.is_dir() {
-            op("--ro-bind", &inputs);
+            bind(Bind::new(&inputs, false, false));
         }
         for r in &self.readable {
-            op("--ro-bind-try", r);
+            bind(Bind::new(r, false, true));
         }
         for m in &spawn.mounts {
-            op(
-                if m.writable {
-                    "--bind-try"
-                } else {
-                    "--ro-bind-try"
-                },
-                &m.path,
-            );
+            bind(Bind::new(&m.path, m.writable, true));
         }
-        argv.extend(["--chdir".to_string(), s(&spawn.cwd)]);
-        argv.extend(spawn.argv);
-        Spawn {
-            argv,
-            env: spawn.env,
-            cwd: spawn.cwd,
-            mounts: spawn.mounts,
-        }
+        // The hidden directories go between the exposed paths and the attempt's own.
+        let exposed = self.exposed.len();
+        let tail = steps.split_off(exposed);
+        steps.append(&mut hide);
+        steps.extend(tail);
+        Jail::new(plan(binds, steps, &spawn.cwd, no_network))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proc::{run, Abort, Deadline, Ended};
+    use tokio::sync::watch;
+    use tokio::time::{Duration, Instant};
 
-    #[test]
-    fn the_workspace_is_bound_after_the_pack_is_hidden() {
-        let sb = Sandbox::new(
-            "/usr/bin/bwrap".into(),
-            &[],
-            Path::new("/p"),
-            Path::new("/p/state"),
-            Path::new("/p/state/runs/r"),
+    // The order of the layout: an exposed parent of the pack does not reveal it, the hidden pack
+    // does not hide the workspace inside it, the staged inputs stay read-only inside the
+    // writable workspace, the rest of the host is read-only, the task is PID 1 and keeps no
+    // capability.
+    #[tokio::test]
+    async fn the_layout_holds_in_its_order() {
+        let top = tempfile::tempdir().unwrap();
+        let pack = top.path().join("pack");
+        let ws = pack.join("workspace");
+        let inputs = ws.join(crate::files::INPUTS_DIR);
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::create_dir_all(pack.join("state/runs/r")).unwrap();
+        std::fs::write(pack.join("crucible.toml"), "").unwrap();
+        std::fs::write(inputs.join("in.txt"), "x").unwrap();
+        let exposed = [top.path().to_string_lossy().into_owned()];
+        let state = pack.join("state");
+        let sb = Sandbox::new(&exposed, &pack, &state, &state.join("runs/r"));
+        let script = "test ! -e ../crucible.toml || exit 11; \
+            touch made || exit 12; \
+            ! touch inputs/in.txt 2>/dev/null || exit 13; \
+            ! touch /usr/x 2>/dev/null || exit 14; \
+            grep -q '^CapEff:.0*$' /proc/self/status || exit 15; \
+            test \"$$\" = 1 || exit 16";
+        let path = std::env::var("PATH").unwrap_or_default();
+        let spawn = Spawn::shell(script, &ws, vec![("PATH".into(), path)]);
+        let jail = sb.jail(&spawn, false);
+        let (_tx, rx) = watch::channel(Abort::None);
+        let deadline = Deadline {
+            at: Instant::now() + Duration::from_secs(30),
+            own_limit: true,
+        };
+        let groups = crate::proc::ProcessGroups::default();
+        let f = run(&spawn, Some(&jail), deadline, rx, None, &groups)
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&f.stderr);
+        assert!(
+            matches!(f.ended, Ended::Exited(s) if s.success()),
+            "{:?} {err}",
+            f.ended
         );
-        let w = sb.wrap(
-            Spawn::shell("true", Path::new("/p/workspace"), vec![]),
-            false,
-        );
-        assert!(!w.argv.iter().any(|a| a == "--unshare-net"));
-        let at = |a: &str| w.argv.iter().position(|x| x == a).unwrap();
-        assert_eq!(w.argv[0], "/usr/bin/bwrap");
-        assert!(at("/p") < at("/p/workspace"));
-        assert!(at("--die-with-parent") < at("--chdir"));
-        assert!(w.argv.ends_with(&["-c".to_string(), "true".to_string()]));
-        assert_eq!(w.cwd, Path::new("/p/workspace"));
+        assert!(ws.join("made").exists());
     }
 }

@@ -203,7 +203,7 @@ pub struct PriceEntry {
     pub cached_input: Option<f64>,
 }
 
-/// `[sandbox]`: the bubblewrap sandbox every attempt runs in (issue 11; docs/security.md).
+/// `[sandbox]`: the sandbox every attempt runs in (issue 11; docs/security.md).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {

@@ -176,15 +176,22 @@ pub(super) async fn run(
         let mut conversation = None;
         let transport = match &agent {
             None => {
-                let spawn = ctx.sandboxed(
-                    &task.name,
-                    Spawn::shell(
-                        task.run.as_deref().expect("admission requires run"),
-                        &cwd,
-                        env.clone(),
-                    ),
+                let spawn = Spawn::shell(
+                    task.run.as_deref().expect("admission requires run"),
+                    &cwd,
+                    env.clone(),
                 );
-                match proc::run(&spawn, deadline, abort.clone(), None, &ctx.groups).await {
+                let jail = ctx.jail(&task.name, &spawn);
+                match proc::run(
+                    &spawn,
+                    jail.as_ref(),
+                    deadline,
+                    abort.clone(),
+                    None,
+                    &ctx.groups,
+                )
+                .await
+                {
                     Err(e) => Some(TurnError::Spawn(e)),
                     Ok(f) => {
                         keep_log(ctx, &stem, None, &f, &mut report);
@@ -579,7 +586,7 @@ async fn agent_turn(
             writable: false,
         });
     }
-    let spawn = ctx.sandboxed(&task.name, spawn);
+    let jail = ctx.jail(&task.name, &spawn);
     let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut progress = Progress::default();
     // What the attempt's earlier turns spent, under this one's streamed spend.
@@ -596,6 +603,7 @@ async fn agent_turn(
     let (ran, ()) = tokio::join!(
         proc::run(
             &spawn,
+            jail.as_ref(),
             deadline,
             ctl.abort.clone(),
             Some(lines),
