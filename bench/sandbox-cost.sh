@@ -4,12 +4,14 @@
 #   bench/sandbox-cost.sh [path/to/crucible]
 #
 # 1. The shapes alone (bench/sandbox-shapes.c, compiled with cc): ROUNDS rounds of SPAWNS spawns
-#    of `sh -c "echo '{}'"` plain, under one `bwrap` each (the engine's former shape) and in
-#    namespaces made in the child (the engine's shape), the shapes alternated within each round;
-#    prints each shape's median milliseconds per spawn and its cost over plain.
-# 2. The engine: a chain of N `echo '{}'` command tasks (serial, so nothing hides a spawn), run
-#    sandboxed and with --no-sandbox, alternated, PAIRS times; prints the median wall time of
-#    each and the sandbox's cost per task (the difference of the medians over N).
+#    of `sh -c "echo '{}'"` plain, under one `bwrap` each (the engine's former shape), in
+#    namespaces made in the child, and the same with the mount namespace's teardown kept off the
+#    spawn's path, the shapes alternated within each round; prints each shape's median
+#    milliseconds per spawn and its cost over plain.
+# 2. The engine, two workloads of N `echo '{}'` command tasks: a chain (serial, so nothing hides
+#    a spawn) and independent isolated tasks (--jobs 2), each run sandboxed and with
+#    --no-sandbox, alternated, PAIRS times; prints the median wall times and the sandbox's cost
+#    per task (the difference of the medians over N).
 # Use a release build (cargo build --release -p crucible-cli) and note the load average printed
 # last: on a shared machine every figure moves with it.
 set -euo pipefail
@@ -22,8 +24,8 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-cc -O2 -o "$WORK/shapes" "$(dirname "$0")/sandbox-shapes.c"
-shapes=(plain native)
+cc -O2 -pthread -o "$WORK/shapes" "$(dirname "$0")/sandbox-shapes.c"
+shapes=(plain native kept)
 command -v bwrap >/dev/null && shapes+=(bwrap)
 for _ in $(seq 1 "$ROUNDS"); do
   for s in "${shapes[@]}"; do
@@ -37,27 +39,39 @@ for s in "${shapes[@]}"; do
     "$s" "$m" "$(echo "$m - $plain" | bc -l)" "$ROUNDS" "$SPAWNS"
 done
 
-d=$WORK/chain && mkdir -p "$d"
-{
-  printf '[workflow]\ntype = "playbook"\n'
-  for i in $(seq 1 "$N"); do
-    printf '[[workflow.task]]\nname = "t%s"\nkind = "command"\nrun = "%s"\n' "$i" "echo '{}'"
-    [ "$i" -gt 1 ] && printf 'depends_on = ["t%s"]\n' "$((i - 1))"
-  done
-} > "$d/crucible.toml"
-wall() { # extra flags: one run's wall seconds
-  local t0 t1
+gen() { # chain|independent: the workload's manifest in $WORK/<name>/crucible.toml
+  mkdir -p "$WORK/$1"
+  {
+    printf '[workflow]\ntype = "playbook"\n'
+    for i in $(seq 1 "$N"); do
+      printf '[[workflow.task]]\nname = "t%s"\nkind = "command"\nrun = "%s"\n' "$i" "echo '{}'"
+      if [ "$1" = chain ]; then
+        [ "$i" -gt 1 ] && printf 'depends_on = ["t%s"]\n' "$((i - 1))"
+      else
+        printf 'isolated = true\n'
+      fi
+    done
+  } > "$WORK/$1/crucible.toml"
+}
+wall() { # workload, extra flags: one run's wall seconds
+  local m=$WORK/$1/crucible.toml t0 t1
+  shift
   t0=$(date +%s.%N)
-  "$BIN" plan run --manifest "$d/crucible.toml" --max-cost 1 --max-time 10m "$@" >/dev/null
+  "$BIN" plan run --manifest "$m" --max-cost 1 --max-time 10m "$@" >/dev/null
   t1=$(date +%s.%N)
   echo "$t1 - $t0" | bc -l
 }
-for _ in $(seq 1 "$PAIRS"); do
-  echo "on $(wall)" >> "$WORK/chain.txt"
-  echo "off $(wall --no-sandbox)" >> "$WORK/chain.txt"
+for w in chain independent; do
+  gen "$w"
+  jobs=()
+  [ "$w" = independent ] && jobs=(--jobs 2)
+  for _ in $(seq 1 "$PAIRS"); do
+    echo "$w on $(wall "$w" "${jobs[@]}")" >> "$WORK/engine.txt"
+    echo "$w off $(wall "$w" "${jobs[@]}" --no-sandbox)" >> "$WORK/engine.txt"
+  done
+  on=$(awk -v w="$w" '$1 == w && $2 == "on" { print $3 }' "$WORK/engine.txt" | median)
+  off=$(awk -v w="$w" '$1 == w && $2 == "off" { print $3 }' "$WORK/engine.txt" | median)
+  printf '%s of %s: sandboxed %.2f s, --no-sandbox %.2f s: the sandbox costs %.2f ms per task (medians of %s alternated pairs; %s)\n' \
+    "$w" "$N" "$on" "$off" "$(echo "($on - $off) * 1000 / $N" | bc -l)" "$PAIRS" "$BIN"
 done
-on=$(awk '$1 == "on" { print $2 }' "$WORK/chain.txt" | median)
-off=$(awk '$1 == "off" { print $2 }' "$WORK/chain.txt" | median)
-printf 'chain of %s: sandboxed %.2f s, --no-sandbox %.2f s: the sandbox costs %.2f ms per task (medians of %s alternated pairs; %s)\n' \
-  "$N" "$on" "$off" "$(echo "($on - $off) * 1000 / $N" | bc -l)" "$PAIRS" "$BIN"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

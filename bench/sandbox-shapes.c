@@ -8,9 +8,14 @@
  *   native  the same layout made in the child as crates/crucible-engine/src/sandbox/jail.rs makes
  *           it: a PID namespace and a second fork (the task is PID 1), mount and IPC namespaces,
  *           sources captured with open_tree, the tree read-only with mount_setattr, /dev, /proc,
- *           /tmp, the pack hidden by a tmpfs, the binds moved in, capabilities dropped.
+ *           /tmp, the pack hidden by a tmpfs, the binds moved in, capabilities dropped;
+ *   kept    native, and the task sends its mount namespace (SCM_RIGHTS) to the launcher right
+ *           after making it; the launcher takes it once the spawn is reaped and hands it to a
+ *           thread that closes it, so the namespace's teardown (which a process's exit waits for
+ *           when it drops the last reference) is off the spawn's path.
  *
- *   cc -O2 -o sandbox-shapes bench/sandbox-shapes.c && ./sandbox-shapes plain|bwrap|native N DIR
+ *   cc -O2 -pthread -o sandbox-shapes bench/sandbox-shapes.c
+ *   ./sandbox-shapes plain|bwrap|native|kept N DIR
  *
  * DIR is a scratch directory (it gets pack/workspace/inputs and pack/state); prints the mean
  * milliseconds per spawn. Run as root (or where unprivileged namespaces are allowed: not handled
@@ -21,6 +26,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,6 +34,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -69,11 +76,46 @@ static void mkdirs(const char *p) { /* every ancestor, then p */
   mkdir(p, 0755);
 }
 
+/* kept: the socket the task sends its mount namespace on (-1 otherwise), the pipe to the closer. */
+static int keep[2] = {-1, -1}, closing[2];
+
+struct fdmsg {
+  struct cmsghdr h;
+  int fd;
+};
+
+static void send_ns(void) {
+  int ns = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  char byte = 0;
+  struct iovec io = {&byte, 1};
+  struct fdmsg c = {.h = {.cmsg_len = CMSG_LEN(sizeof(int)), .cmsg_level = SOL_SOCKET, .cmsg_type = SCM_RIGHTS}, .fd = ns};
+  struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &c, .msg_controllen = sizeof c};
+  ok(sendmsg(keep[1], &m, MSG_DONTWAIT), "sendmsg");
+  close(ns);
+}
+
+static int recv_ns(void) {
+  char byte;
+  struct iovec io = {&byte, 1};
+  struct fdmsg c;
+  struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &c, .msg_controllen = sizeof c};
+  ok(recvmsg(keep[0], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC), "recvmsg");
+  return c.fd;
+}
+
+static void *closer(void *unused) {
+  (void)unused;
+  int fd;
+  while (read(closing[0], &fd, sizeof fd) == sizeof fd) close(fd);
+  return NULL;
+}
+
 static void native_task(void) {
   static const char *nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"};
   int dev[6];
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   ok(unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare");
+  if (keep[1] >= 0) send_ns();
   ok(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "private");
   int w = tree(ws), in = tree(inputs);
   attr(w, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
@@ -123,7 +165,7 @@ static void spawn(const char *shape) {
            "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL", "--tmpfs", pack,
            "--tmpfs", state, "--bind", ws, ws, "--ro-bind", inputs, inputs, "--chdir", ws, "/bin/sh", "-c",
            cmd, (char *)NULL);
-  } else if (!strcmp(shape, "native")) {
+  } else if (!strcmp(shape, "native") || !strcmp(shape, "kept")) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     ok(unshare(CLONE_NEWPID), "unshare pid");
     pid_t task = ok(fork(), "fork");
@@ -137,7 +179,7 @@ static void spawn(const char *shape) {
 
 int main(int argc, char **argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: %s plain|bwrap|native N DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s plain|bwrap|native|kept N DIR\n", argv[0]);
     return 2;
   }
   int n = atoi(argv[2]);
@@ -147,6 +189,12 @@ int main(int argc, char **argv) {
   snprintf(inputs, sizeof inputs, "%s/pack/workspace/inputs", argv[3]);
   mkdirs(state);
   mkdirs(inputs);
+  if (!strcmp(argv[1], "kept")) {
+    pthread_t t;
+    ok(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, keep), "socketpair");
+    ok(pipe(closing), "pipe");
+    ok(-pthread_create(&t, NULL, closer, NULL), "pthread_create");
+  }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int i = 0; i < n; i++) {
@@ -157,6 +205,10 @@ int main(int argc, char **argv) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       fprintf(stderr, "%s: spawn %d ended with status %#x\n", argv[1], i, st);
       return 1;
+    }
+    if (keep[0] >= 0) {
+      int ns = recv_ns();
+      ok(write(closing[1], &ns, sizeof ns), "write");
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
