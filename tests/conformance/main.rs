@@ -43,6 +43,7 @@ mod resume_branches;
 mod revise;
 mod revise_files;
 mod routes;
+mod runbook_runs;
 mod runbooks;
 mod runs;
 mod sandbox;

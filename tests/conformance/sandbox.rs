@@ -321,16 +321,7 @@ fn sandboxed_agents(port: u16, sandbox_table: &str) -> String {
 // those its sandbox lists; `check` prints what the sandbox gives.
 #[test]
 fn a_task_in_a_named_sandbox_has_no_network_and_only_its_secrets() {
-    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = server.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in server.incoming().flatten() {
-            use std::io::{Read, Write};
-            let mut conn = conn;
-            let _ = conn.read(&mut [0u8; 512]);
-            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhi");
-        }
-    });
+    let port = crate::support::loopback_server();
     let p = Pack::playbook(&sandboxed_agents(
         port,
         "[agent.sandbox.offline]\nsecrets = [\"SECRET_A\"]",

@@ -211,13 +211,34 @@ impl Cmd {
     }
 
     pub fn run(mut self) -> Ran {
-        let out = self.0.output().expect("the binary runs");
+        Ran::from(self.0.output().expect("the binary runs"))
+    }
+}
+
+impl From<std::process::Output> for Ran {
+    fn from(out: std::process::Output) -> Ran {
         Ran {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     }
+}
+
+/// A loopback HTTP server answering every connection `HTTP/1.0 200 OK`: its port. What a task
+/// with a network reaches and one without cannot.
+pub fn loopback_server() -> u16 {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in server.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut conn = conn;
+            let _ = conn.read(&mut [0u8; 512]);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhi");
+        }
+    });
+    port
 }
 
 /// A `[[workflow.task]]` command table.

@@ -405,6 +405,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         max_secs: None,
         state_dir: None,
         no_sandbox: false,
+        can_ask: crate::gate::Terminal::here().is_some(),
     };
     for n in manifest.not_applied() {
         println!("not applied: {}", escape(&n));
@@ -546,6 +547,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             max_secs,
             state_dir: Some(&state_dir),
             no_sandbox: false,
+            can_ask: crate::gate::Terminal::here().is_some(),
         };
         match admission(plan, &m, sub) {
             Err(reasons) => {

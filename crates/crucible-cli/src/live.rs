@@ -3,7 +3,7 @@
 //! coloured unless `NO_COLOR` is set; below, one line per running task, a revise loop's member
 //! with its current round and a mapped task once with its instances, then a footer with the
 //! done/total count and spend and time against the ceilings. Every name is a task's text, so
-//! each is escaped.
+//! each is escaped. While a runbook gate asks at the terminal (`crate::gate`), nothing is drawn.
 
 use crate::inspect::{split_part, Part, Parts};
 use crate::run::row_line;
@@ -72,6 +72,10 @@ pub struct Live {
     elapsed: Duration,
     /// Where the run keeps its rows' logs, once it started.
     run_dir: PathBuf,
+    /// Settled lines not yet shown: a runbook gate was asking at the terminal.
+    pending: Vec<String>,
+    /// How many gates had asked when the frame was last drawn.
+    asked: u64,
 }
 
 /// The task an attempt or row belongs to: `name` for `name[key]` and `name[round-N]`.
@@ -93,7 +97,30 @@ impl Live {
             spent: 0.0,
             elapsed: Duration::ZERO,
             run_dir: PathBuf::new(),
+            pending: Vec::new(),
+            asked: 0,
         }
+    }
+
+    /// Shows `line` (a settled row) above a fresh frame, unless a gate is asking at the terminal
+    /// (`crate::gate`): then the line waits, and nothing is drawn over the exchange. The frame
+    /// left above an exchange stays; the next one is drawn below it.
+    fn show(&mut self, line: Option<String>) {
+        self.pending.extend(line);
+        let Ok(_held) = crate::gate::TERMINAL.try_lock() else {
+            return;
+        };
+        let asked = crate::gate::ASKED.load(std::sync::atomic::Ordering::SeqCst);
+        if asked != self.asked {
+            self.asked = asked;
+            self.drawn = 0;
+        }
+        let mut out = std::io::stdout().lock();
+        self.clear(&mut out);
+        for line in self.pending.drain(..) {
+            let _ = writeln!(out, "{line}");
+        }
+        self.draw(&mut out);
     }
 
     fn clear(&mut self, out: &mut impl Write) {
@@ -205,9 +232,7 @@ impl Observer for Live {
                 count: 1,
             }),
         }
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        self.draw(&mut out);
+        self.show(None);
     }
     fn task_settled(&mut self, row: &TaskResult) {
         // Spend comes from the engine's tick: rolled-up rows (a fan-out node, a loop's final
@@ -225,10 +250,7 @@ impl Observer for Live {
             None => self.done += 1,
         }
         let line = self.settled_line(row);
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        let _ = writeln!(out, "{line}");
-        self.draw(&mut out);
+        self.show(Some(line));
     }
     fn tick_interval(&self) -> Option<Duration> {
         Some(Duration::from_millis(250))
@@ -236,9 +258,7 @@ impl Observer for Live {
     fn tick(&mut self, spent: f64, elapsed: Duration) {
         self.spent = spent;
         self.elapsed = elapsed;
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        self.draw(&mut out);
+        self.show(None);
     }
 }
 
@@ -246,5 +266,8 @@ impl Drop for Live {
     fn drop(&mut self) {
         let mut out = std::io::stdout().lock();
         self.clear(&mut out);
+        for line in self.pending.drain(..) {
+            let _ = writeln!(out, "{line}");
+        }
     }
 }

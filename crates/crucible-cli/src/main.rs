@@ -8,6 +8,7 @@
 mod args;
 mod bounded;
 mod compile;
+mod gate;
 mod init;
 mod inspect;
 mod live;

@@ -138,6 +138,9 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         max_asks,
         no_sandbox: args.no_sandbox,
         groups: Default::default(),
+        gatekeeper: crate::gate::Terminal::here().map(|t| {
+            std::sync::Arc::new(t) as std::sync::Arc<dyn crucible_engine::runbook::Gatekeeper>
+        }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -161,6 +161,9 @@ pub(crate) async fn prepare(
         max_asks: engine.max_asks,
         no_sandbox: false,
         groups: Default::default(),
+        // A runbook gate waits for a person; the controller's human decisions (issue 14) are
+        // not built, so a launch with one is refused by admission.
+        gatekeeper: None,
     };
     match crucible_engine::check_launch(&req) {
         Ok(()) => Ok(req),

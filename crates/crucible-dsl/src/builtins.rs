@@ -463,17 +463,42 @@ pub fn common(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<Value<'v>> {
         let mut a = Args::new(eval, ctor("skill"), Vec::new(), kwargs)?;
         let mut t = Task::new(name_arg(&mut a)?, TaskKind::Agent);
-        let dir = a.req_str("skill")?;
+        let (arg, dir) = match (a.str("skill")?, a.str("runbook")?) {
+            (Some(dir), None) => ("skill", dir),
+            (None, Some(dir)) => ("runbook", dir),
+            (given, _) => {
+                return Err(a.fail(
+                    None,
+                    rules::ARG,
+                    format!(
+                        "skill() needs {} of `skill` and `runbook`",
+                        if given.is_some() {
+                            "one, not both,"
+                        } else {
+                            "one"
+                        }
+                    ),
+                    "pass skill = \"dir\" (a skill or bundle directory) or runbook = \"dir\""
+                        .into(),
+                ));
+            }
+        };
         let dir = dir.trim_end_matches('/').to_string();
         if !a.ctx.pack.is_dir(&dir).unwrap_or(false) {
             return Err(a.fail(
-                Some("skill"),
+                Some(arg),
                 rules::FILE,
                 format!("skill(): `{dir}` is not a directory below the pack"),
-                "name a skill directory holding SKILL.md, reached without links".into(),
+                "name a skill or runbook directory below the pack, reached without links".into(),
             ));
         }
-        let instructions = a.pack_text("skill", &format!("{dir}/SKILL.md"))?;
+        let instructions = if arg == "runbook" || crate::runbook::is_bundle(&a, &dir) {
+            let (text, runbook) = crate::runbook::compile(&a, arg, &dir)?;
+            t.runbook = Some(runbook);
+            text
+        } else {
+            a.pack_text("skill", &format!("{dir}/SKILL.md"))?
+        };
         let mut prompt = Marked {
             parts: vec![Part {
                 origin: None,

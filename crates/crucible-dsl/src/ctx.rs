@@ -71,6 +71,8 @@ pub struct Recorded;
 #[derive(ProvidesStaticType)]
 pub struct Ctx {
     pub pack: PackDir,
+    /// The pack's directory, where a runbook bundle below it is checked and sealed.
+    pub pack_root: std::path::PathBuf,
     /// The source the run names.
     pub main_file: String,
     pub limits: Limits,

@@ -23,4 +23,6 @@ pub mod rules {
     pub const FILE: &str = "file-access";
     pub const SCHEMA: &str = "schema_file";
     pub const LISTED: &str = "workflow-tasks";
+    /// A runbook bundle that cannot run (issue 15).
+    pub const RUNBOOK: &str = "runbook";
 }

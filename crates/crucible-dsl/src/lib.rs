@@ -9,6 +9,7 @@ mod ctx;
 pub mod diag;
 mod nesting;
 pub mod params;
+mod runbook;
 pub mod settings;
 pub mod signature;
 mod values;
@@ -557,6 +558,7 @@ pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
     };
     let ctx = Ctx {
         pack,
+        pack_root: req.pack_root.clone(),
         main_file: req.file.clone(),
         limits: req.limits.clone(),
         lane,

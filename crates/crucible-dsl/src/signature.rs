@@ -501,10 +501,17 @@ pub const CTORS: &[Ctor] = &[
         groups: &[
             &[
                 NAME,
-                req(
+                opt(
                     "skill",
                     Ty::Path,
-                    "A directory below the pack holding SKILL.md, the prompt.",
+                    "",
+                    "A directory below the pack holding SKILL.md, the prompt; one holding runbook.json runs as a runbook.",
+                ),
+                opt(
+                    "runbook",
+                    Ty::Path,
+                    "",
+                    "A runbook bundle below the pack: checked and sealed at compile time, its procedure is the prompt. Give `skill` or `runbook`.",
                 ),
                 opt(
                     "args",

@@ -34,6 +34,8 @@ pub struct Substrate<'a> {
     pub state_dir: Option<&'a Path>,
     /// `--no-sandbox`: a task's named sandbox cannot be honoured unsandboxed.
     pub no_sandbox: bool,
+    /// A person can be asked at a runbook's gate: the engine has a terminal (issue 15).
+    pub can_ask: bool,
 }
 
 /// The capabilities a run has: the launch's own, and `decision` where the inference bindings
@@ -115,6 +117,17 @@ pub fn admission(
             BTreeMap::new()
         }),
     };
+    // Issue 15: what a runbook forbids or needs that this run cannot enforce or give.
+    let how = crate::runbook::Enforcement {
+        sandboxed,
+        command_backend: agent_cmd.is_some(),
+        can_ask: sub.can_ask,
+    };
+    for t in &plan.tasks {
+        if let Some(rb) = &t.runbook {
+            refused.extend(crate::runbook::unenforceable(&t.name, rb, how));
+        }
+    }
     let m = &manifest.manifest.agent;
     let goal = match (&m.goal, &m.goal_file) {
         (Some(g), _) => Some(g.clone()),
@@ -354,6 +367,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         max_secs: Some(max_secs),
         state_dir: Some(&req.state_dir),
         no_sandbox: req.no_sandbox,
+        can_ask: req.gatekeeper.is_some(),
     };
     let a = admission(plan, &req.manifest, sub)
         .map_err(|refused| RunError::refused(refused.join("\n  ")))?;
@@ -447,6 +461,7 @@ mod tests {
             reports: Default::default(),
             max_asks: 10,
             no_sandbox: false,
+            gatekeeper: None,
             agent_cmd: None,
             harness: None,
             model: None,

@@ -89,17 +89,20 @@ struct Report {
     key: u64,
     /// Its log directory relative to the run's (`logs/<task>`), once a turn's output was kept.
     log: Option<String>,
+    /// A runbook turn's ledger (issue 15).
+    runbook: Option<crucible_plan::wire::RunbookLedger>,
 }
 
 impl Ctx {
-    /// The sandbox an attempt of `task` runs `spawn` in (without a network in a named sandbox),
-    /// or none when opted out (admission refuses a named sandbox then).
+    /// The sandbox an attempt of `task` runs `spawn` in (without a network in a named sandbox,
+    /// within a runbook's bounds), or none when opted out (admission refuses both then).
     fn jail(
         &self,
-        task: &str,
+        task: &Task,
         spawn: &crucible_agent::spawn::Spawn,
     ) -> Option<crate::sandbox::Jail> {
-        (self.sandbox.as_ref()).map(|sb| sb.jail(spawn, self.sandboxes.contains_key(task)))
+        let named = self.sandboxes.contains_key(&task.name);
+        (self.sandbox.as_ref()).map(|sb| sb.jail(spawn, crate::sandbox::Bounds::of(task, named)))
     }
 }
 
@@ -136,6 +139,7 @@ impl Report {
             asks: Vec::new(),
             key: 0,
             log: None,
+            runbook: None,
         }
     }
 }
@@ -202,6 +206,8 @@ struct Ctx {
     sandboxes: std::collections::BTreeMap<String, crate::sandbox::Named>,
     /// The run's attempt process groups, which every attempt joins.
     groups: Arc<crate::proc::ProcessGroups>,
+    /// Who decides runbook gates (admission refuses a gate without one).
+    gatekeeper: Option<Arc<dyn crate::runbook::Gatekeeper>>,
     /// The launch variables every task receives (the base and `[env]`).
     task_env: crate::taskenv::TaskEnv,
     /// The run's declared secrets, masked in everything a task's process wrote.
@@ -509,6 +515,7 @@ pub async fn execute(
         },
         sandboxes: adm.sandboxes.clone(),
         groups: req.groups.clone(),
+        gatekeeper: req.gatekeeper.clone(),
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         logs: crate::tasklog::Logs::new(&run_dir),
@@ -1434,6 +1441,7 @@ fn report_row(name: String, report: Report) -> TaskResult {
         repairs: report.repairs,
         session: report.session,
         log: report.log,
+        runbook: report.runbook.map(Box::new),
     }
 }
 

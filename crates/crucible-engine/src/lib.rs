@@ -19,6 +19,7 @@ mod proc;
 pub mod report;
 mod rerun;
 mod resume;
+pub mod runbook;
 pub mod sandbox;
 pub mod state;
 pub mod taskenv;
@@ -73,6 +74,8 @@ pub struct RunRequest {
     pub no_sandbox: bool,
     /// The run's attempt process groups: the caller keeps a handle to kill them all at once.
     pub groups: std::sync::Arc<ProcessGroups>,
+    /// Who decides a runbook's gates (issue 15): the CLI's terminal, when it has one.
+    pub gatekeeper: Option<std::sync::Arc<dyn runbook::Gatekeeper>>,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

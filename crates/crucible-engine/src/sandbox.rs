@@ -15,7 +15,9 @@
 //! would otherwise hand its tasks `CAP_SYS_ADMIN`, and a task could simply unmount what hides the
 //! state directory or remount its inputs read-write. A root task keeps uid 0 (it owns what root
 //! owns) and nothing more. The network is shared, except for an agent task in a named sandbox
-//! ([`Named`]), which has none. Host paths the manifest exposes (`[sandbox] expose`) are bound
+//! ([`Named`]), which has none. A runbook's effect classes (issue 15) bound its turn the same
+//! way ([`Bounds`]): without `network` it has none, without `filesystem.write` its working
+//! directory is read-only but for its result file. Host paths the manifest exposes (`[sandbox] expose`) are bound
 //! read-write before the pack and the state directory are hidden, so neither is ever reachable
 //! through one of them. The layout is bubblewrap's (what this module ran until it was measured:
 //! bench/README.md, "The sandbox's cost"), made without a helper process or a new root.
@@ -118,6 +120,32 @@ pub fn named(manifest: &Manifest, name: &str, sandboxed: bool) -> Result<Named, 
     })
 }
 
+/// What one attempt's sandbox takes away beyond the run's layout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bounds {
+    /// No network (`--unshare-net`: only its own loopback).
+    pub no_network: bool,
+    /// The working directory read-only, but for its result file (`PLAN_TASK_RESULT.json`,
+    /// which the engine creates empty before the turn so it can be bound writable).
+    pub read_only: bool,
+}
+
+impl Bounds {
+    /// The bounds of an attempt of `task`: none, but no network in a named sandbox (`named`),
+    /// and a runbook's (issue 15) without `network` and without `filesystem.write`.
+    pub fn of(task: &crucible_plan::Task, named: bool) -> Bounds {
+        let rb = task.runbook.as_ref();
+        Bounds {
+            no_network: named || rb.is_some_and(|r| !r.allows(NETWORK)),
+            read_only: rb.is_some_and(|r| !r.allows(WRITE)),
+        }
+    }
+}
+
+/// The runbook effect classes the sandbox enforces (issue 15).
+pub const NETWORK: &str = "network";
+pub const WRITE: &str = "filesystem.write";
+
 /// One run's sandbox layout.
 #[derive(Clone, Debug)]
 pub struct Sandbox {
@@ -145,9 +173,8 @@ impl Sandbox {
     }
 
     /// The sandbox `spawn` runs in: the layout described at the top of this module, in this
-    /// order (a later mount covers an earlier one); without a network when `no_network` (a task
-    /// in a named sandbox).
-    pub fn jail(&self, spawn: &Spawn, no_network: bool) -> Jail {
+    /// order (a later mount covers an earlier one), within `bounds`.
+    pub fn jail(&self, spawn: &Spawn, bounds: Bounds) -> Jail {
         let mut binds = Vec::new();
         let mut steps = Vec::new();
         let mut bind = |b: Bind| {
@@ -160,7 +187,15 @@ impl Sandbox {
         let mut hide: Vec<Step> = (self.hidden.iter())
             .map(|h| Step::Hide(jail::c_path(h), jail::ancestors(h)))
             .collect();
-        bind(Bind::new(&spawn.cwd, true, false));
+        bind(Bind::new(&spawn.cwd, !bounds.read_only, false));
+        if bounds.read_only {
+            // The engine made the result file: the one file such a turn writes.
+            bind(Bind::new(
+                &spawn.cwd.join(crucible_agent::RESULT_FILE),
+                true,
+                false,
+            ));
+        }
         let inputs = spawn.cwd.join(crate::files::INPUTS_DIR);
         if inputs.is_dir() {
             bind(Bind::new(&inputs, false, false));
@@ -176,7 +211,7 @@ impl Sandbox {
         let tail = steps.split_off(exposed);
         steps.append(&mut hide);
         steps.extend(tail);
-        Jail::new(plan(binds, steps, &spawn.cwd, no_network))
+        Jail::new(plan(binds, steps, &spawn.cwd, bounds.no_network))
     }
 }
 
@@ -212,7 +247,7 @@ mod tests {
             test \"$$\" = 1 || exit 16";
         let path = std::env::var("PATH").unwrap_or_default();
         let spawn = Spawn::shell(script, &ws, vec![("PATH".into(), path)]);
-        let jail = sb.jail(&spawn, false);
+        let jail = sb.jail(&spawn, Bounds::default());
         let (_tx, rx) = watch::channel(Abort::None);
         let deadline = Deadline {
             at: Instant::now() + Duration::from_secs(30),

@@ -9,6 +9,7 @@ pub mod diag;
 pub mod duration;
 pub mod plan;
 pub mod render;
+pub mod runbook;
 pub mod terminal;
 pub mod validate;
 pub mod validated;

@@ -133,6 +133,9 @@ pub struct Task {
     /// The skill directory a skill() task was built from (its SKILL.md is in `prompt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skill: Option<String>,
+    /// The runbook a skill() task runs (its bundle is `skill`, its procedure is in `prompt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runbook: Option<crate::runbook::TaskRunbook>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +199,7 @@ impl Task {
             when: None,
             prompt: None,
             skill: None,
+            runbook: None,
             harness: None,
             model: None,
             effort: None,

@@ -336,9 +336,10 @@ impl<'a> Validator<'a> {
     fn kind_fields(&mut self, t: &Task) {
         use TaskKind::*;
         let agent = t.kind == Agent;
-        let checks: [(&str, bool, bool); 14] = [
+        let checks: [(&str, bool, bool); 15] = [
             ("prompt", t.prompt.is_some(), agent),
             ("skill", t.skill.is_some(), agent),
+            ("runbook", t.runbook.is_some(), agent && t.skill.is_some()),
             ("harness", t.harness.is_some(), agent),
             ("model", t.model.is_some(), agent),
             ("effort", t.effort.is_some(), agent),

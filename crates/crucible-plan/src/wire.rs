@@ -176,6 +176,62 @@ pub struct TaskResult {
     /// kept (`logs/<task>`); absent when no process ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+    /// The runbook a `skill()` task ran: its release, checkpoints and predicates (issue 15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runbook: Option<Box<RunbookLedger>>,
+}
+
+/// A runbook turn's ledger (issue 15): the sealed release it ran, each checkpoint's declared
+/// artifacts as hashes (never their contents), each success predicate's verdict, and each gate's
+/// decision. Kept in the task's row, so it is auditable and a resumed run folds it back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunbookLedger {
+    pub name: String,
+    /// The release's `tree1:` digest, as the plan pinned it.
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<CheckpointRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub predicates: Vec<PredicateRecord>,
+}
+
+/// A stage boundary as the turn left it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    pub stage: String,
+    pub artifacts: Vec<ArtifactRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateRecord>,
+}
+
+/// One declared artifact: its SHA-256 and size, or why it has no hash (absent, a link, a
+/// special file: then no size either; too large: its size only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhashed: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredicateRecord {
+    #[serde(rename = "type")]
+    pub kind: crate::runbook::PredicateKind,
+    pub path: String,
+    pub holds: bool,
+}
+
+/// A person's decision at a gate, and where it was made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateRecord {
+    pub id: String,
+    pub approved: bool,
+    /// `terminal`: asked on the engine's controlling terminal.
+    pub by: String,
 }
 
 /// What an agent task did to its `session()`'s conversation (RFC-0002:C-REVISE-LOOP): whether it
@@ -238,6 +294,7 @@ impl TaskResult {
             repairs: Vec::new(),
             session: None,
             log: None,
+            runbook: None,
         }
     }
 }

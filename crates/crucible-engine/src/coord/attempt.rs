@@ -181,7 +181,7 @@ pub(super) async fn run(
                     &cwd,
                     env.clone(),
                 );
-                let jail = ctx.jail(&task.name, &spawn);
+                let jail = ctx.jail(task, &spawn);
                 match proc::run(
                     &spawn,
                     jail.as_ref(),
@@ -329,6 +329,29 @@ pub(super) async fn run(
                     report.graded = Graded::fail(note, report.graded.output.clone());
                 }
             }
+        }
+        // Issue 15: the runbook's checkpoints and success predicates, as the turn left its
+        // files; a claimed success with a failing predicate is a failure naming it.
+        if let Some(rb) = &task.runbook {
+            let (r, root) = (rb.clone(), cwd.clone());
+            let mut ledger = tokio::task::spawn_blocking(move || crate::runbook::ledger(&r, &root))
+                .await
+                .expect("hashing does not panic");
+            if report.graded.status == Status::Pass {
+                if let Some(note) = crate::runbook::failed_predicate(&ledger) {
+                    report.graded = Graded::fail(note, report.graded.output.clone());
+                }
+            }
+            if report.graded.status == Status::Pass {
+                match gates(ctx, task, rb, &mut ledger, deadline, abort).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(note)) => {
+                        report.graded = Graded::fail(note, report.graded.output.clone())
+                    }
+                    Err(cut) => report.graded = cut_short(ctx, task, cut, &mut report),
+                }
+            }
+            report.runbook = Some(ledger);
         }
         // RFC-0002:C-ASKS: only a passing attempt emits; a failing one's file goes with its
         // discarded changes.
@@ -564,6 +587,44 @@ enum TurnError {
     Transport(String),
 }
 
+/// Puts a passing runbook turn's gates to the run's gatekeeper (issue 15), off the runtime:
+/// the decision (or why the turn fails), or how the wait was cut short: a person's wait is
+/// bounded by the attempt's deadline and the operator's stop like any attempt, and a gate cut
+/// short is never approved.
+async fn gates(
+    ctx: &Ctx,
+    task: &Task,
+    rb: &crucible_plan::runbook::TaskRunbook,
+    ledger: &mut crucible_plan::wire::RunbookLedger,
+    deadline: Deadline,
+    abort: &watch::Receiver<Abort>,
+) -> Result<Result<(), String>, Ended> {
+    if rb.checkpoints.iter().all(|c| c.gate.is_none()) {
+        return Ok(Ok(()));
+    }
+    let keeper = ctx
+        .gatekeeper
+        .clone()
+        .expect("admission refuses a gate without a gatekeeper");
+    let (name, r, mut l) = (task.name.clone(), rb.clone(), ledger.clone());
+    let asked = tokio::task::spawn_blocking(move || {
+        let decided = crate::runbook::pass_gates(&name, &r, &mut l, keeper.as_ref());
+        (decided, l)
+    });
+    let mut abort = abort.clone();
+    tokio::select! {
+        done = asked => {
+            let (decided, l) = done.expect("a gate does not panic");
+            *ledger = l;
+            Ok(decided)
+        }
+        _ = tokio::time::sleep_until(deadline.at) => {
+            Err(if deadline.own_limit { Ended::TimedOut } else { Ended::WallClock })
+        }
+        why = proc::wait_abort(&mut abort) => Err(proc::aborted(why)),
+    }
+}
+
 /// Runs one agent turn through its harness, reading its stream as it arrives, and grades it
 /// into `report` (its spend counted, also when it was cut short). Returns the conversation the
 /// turn is part of, recorded as its session's when it has one.
@@ -577,6 +638,16 @@ async fn agent_turn(
     report: &mut Report,
 ) -> Result<Option<String>, TurnError> {
     crucible_agent::clear_result(turn.cwd);
+    let result_file = turn.cwd.join(crucible_agent::RESULT_FILE);
+    // A read-only working directory (a runbook without `filesystem.write`) keeps one file
+    // writable, the result: it must exist to be bound so.
+    let read_only = ctx.sandbox.is_some() && crate::sandbox::Bounds::of(task, false).read_only;
+    if read_only {
+        if let Err(e) = std::fs::write(&result_file, "") {
+            report.graded = Graded::fail(format!("cannot make the result file: {e}"), None);
+            return Ok(None);
+        }
+    }
     let mut spawn = harness.spawn(turn);
     // A skill's files are the turn's to read (the pack is otherwise hidden from it), never
     // to change.
@@ -586,7 +657,7 @@ async fn agent_turn(
             writable: false,
         });
     }
-    let jail = ctx.jail(&task.name, &spawn);
+    let jail = ctx.jail(task, &spawn);
     let (lines, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut progress = Progress::default();
     // What the attempt's earlier turns spent, under this one's streamed spend.
@@ -611,6 +682,10 @@ async fn agent_turn(
         ),
         read
     );
+    if read_only && std::fs::metadata(&result_file).is_ok_and(|m| m.len() == 0) {
+        // Still as the engine made it: the turn wrote no result.
+        crucible_agent::clear_result(turn.cwd);
+    }
     let f = ran.map_err(TurnError::Spawn)?;
     keep_log(ctx, stem, repair, &f, report);
     let conversation = match f.ended {

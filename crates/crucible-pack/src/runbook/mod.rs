@@ -11,7 +11,9 @@ pub mod select;
 pub mod skill;
 pub mod validate;
 
-pub use release::{seal, store, BundleError, Release};
+/// The contract's predicates and checkpoints are what a plan carries of it.
+pub use crucible_plan::runbook::{Checkpoint, Gate, Predicate, PredicateKind};
+pub use release::{seal, seal_checked, store, BundleError, Release};
 pub use skill::{from_skill, to_skill};
 pub use validate::{check, Checked, Refused};
 
@@ -99,43 +101,6 @@ pub struct Artifact {
     pub path: String,
     pub stage: String,
     pub required: bool,
-}
-
-/// A deterministic check on the run's files, made when the run claims success.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Predicate {
-    pub kind: PredicateKind,
-    pub path: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PredicateKind {
-    /// The file exists.
-    ArtifactExists,
-    /// The file exists and is not empty.
-    ArtifactNonempty,
-}
-
-impl PredicateKind {
-    pub const ALL: &'static [(&'static str, PredicateKind)] = &[
-        ("artifact_exists", PredicateKind::ArtifactExists),
-        ("artifact_nonempty", PredicateKind::ArtifactNonempty),
-    ];
-}
-
-/// A stage boundary: its artifacts are hashed there, and a gate pauses the run for a person.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Checkpoint {
-    pub stage: String,
-    pub summary: String,
-    pub artifact_paths: Vec<String>,
-    pub gate: Option<Gate>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Gate {
-    pub id: String,
-    pub prompt: String,
 }
 
 /// What evidence of a run may be kept.

@@ -4,7 +4,7 @@
 //! and a dependency cannot change without changing the release. A release may be written to a
 //! store as `STORE/<name>/<hex>/`, read-only, verified after the copy.
 
-use super::validate::{check, Refused};
+use super::validate::{check, Checked, Refused};
 use crate::files::{pack_files, tree1_of, PackDir, PackFileError};
 use crucible_plan::diag::Diagnostic;
 use std::os::unix::fs::PermissionsExt;
@@ -58,10 +58,15 @@ pub struct SealedDependency {
 
 /// Seals the bundle at `dir`: validates it and computes its release. Warnings come back with it.
 pub fn seal(dir: &Path) -> Result<(Release, Vec<Diagnostic>), BundleError> {
+    seal_checked(dir).map(|(release, checked)| (release, checked.warnings))
+}
+
+/// [`seal`], with the contract it sealed (what a run of it enforces).
+pub fn seal_checked(dir: &Path) -> Result<(Release, Checked), BundleError> {
     let checked = check(dir).map_err(BundleError::Refused)?;
     let listing = pack_files(dir)?;
     let digest = tree1_of(dir, &listing)?;
-    let r = checked.runbook;
+    let r = checked.runbook.clone();
     let mut skill_dependencies = Vec::new();
     for dep in &r.skill_dependencies {
         let sub = pack_files(&dir.join(dep))?;
@@ -78,7 +83,7 @@ pub fn seal(dir: &Path) -> Result<(Release, Vec<Diagnostic>), BundleError> {
         skill_dependencies,
         files: listing.files,
     };
-    Ok((release, checked.warnings))
+    Ok((release, checked))
 }
 
 /// Writes `release` (sealed from `dir`) to `store/<name>/<hex>/`, its files read-only, and

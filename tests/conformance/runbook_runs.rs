@@ -1,0 +1,602 @@
+//! Issue 15, running a runbook: `skill(runbook = ...)` on the command backend. The sealed
+//! procedure is the turn's prompt and its skill dependencies are readable in the sandbox; the
+//! row's ledger pins the release and hashes each checkpoint's artifacts; a claimed success with
+//! a failing predicate fails by name; the effect classes bound the turn through the sandbox (no
+//! network, a read-only workspace); what cannot be enforced is refused before dispatch by
+//! `check` and `plan run` alike; a gate is decided at the terminal. The example runbook on the
+//! command backend and on a real agent CLI is in `examples.rs`.
+
+use crate::support::{Cmd, Pack, Ran, BIN};
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const EVERY_EFFECT: &[&str] = &[
+    "filesystem.read",
+    "filesystem.write",
+    "process.exec",
+    "network",
+];
+
+/// A `runbook.json` named `name` allowing `effects`, with the triage artifacts, predicates and
+/// checkpoints when `staged`, and a gate on the plan checkpoint when `gate`.
+fn contract(name: &str, effects: &[&str], staged: bool, gate: bool) -> String {
+    let gate = if gate {
+        r#", "gate": {"id": "approve-plan", "prompt": "Approve the plan before the report"}"#
+    } else {
+        ""
+    };
+    let stages = if staged {
+        format!(
+            r#",
+  "artifacts": [
+    {{"name": "plan", "path": "results/plan.md", "stage": "plan", "required": true}},
+    {{"name": "report", "path": "results/report.md", "stage": "report", "required": true}}
+  ],
+  "successPredicates": [
+    {{"type": "artifact_exists", "path": "results/plan.md"}},
+    {{"type": "artifact_nonempty", "path": "results/report.md"}}
+  ],
+  "checkpoints": [
+    {{"stage": "plan", "summary": "Plan ready", "artifactPaths": ["results/plan.md"]{gate}}},
+    {{"stage": "report", "summary": "Report written", "artifactPaths": ["results/report.md"]}}
+  ]"#
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"{{
+  "schemaVersion": 1,
+  "name": "{name}",
+  "version": "1.0.0",
+  "description": "Triage a bug",
+  "invocation": "explicit",
+  "requiredCapabilities": [],
+  "allowedEffectClasses": {},
+  "skillDependencies": ["skills/research"]{stages}
+}}
+"#,
+        serde_json::to_string(effects).unwrap()
+    )
+}
+
+/// Adds the bundle `runbooks/<name>` with `contract` to `p`.
+fn bundle(p: &Pack, name: &str, contract: &str) {
+    p.file(&format!("runbooks/{name}/runbook.json"), contract);
+    p.file(
+        &format!("runbooks/{name}/RUNBOOK.md"),
+        "# Triage procedure\n\nWrite a plan, then a report.\n",
+    );
+    p.file(
+        &format!("runbooks/{name}/skills/research/SKILL.md"),
+        "# Research\n\nSearch the code for the symptom.\n",
+    );
+}
+
+/// A pack with `agent` as its `[agent]` keys and one skill() task per bundle name, running
+/// `runbooks/<name>`.
+fn pack(tasks: &[&str], agent: &str) -> Pack {
+    let p = Pack::with_manifest(&format!(
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n\
+         [agent]\n{agent}\n"
+    ));
+    let mut wf = String::new();
+    for t in tasks {
+        wf.push_str(&format!(
+            "{t} = skill(name = \"{t}\", runbook = \"runbooks/{t}\")\n"
+        ));
+    }
+    wf.push_str(&format!("workflow([{}])\n", tasks.join(", ")));
+    p.file("workflow.star", &wf);
+    p
+}
+
+fn command_backend(agent_cmd: &str) -> String {
+    format!("backend = \"command\"\nagent_cmd = '''{agent_cmd}'''")
+}
+
+/// The stand-in that follows the procedure: keeps its prompt and the skill it read in the probe,
+/// writes the plan and `report` as the report, and answers.
+fn follows(report: &str) -> String {
+    format!(
+        r#"cp "$CRUCIBLE_PROMPT_FILE" "$PACK/prompt.md"; cp "$CRUCIBLE_SKILL_DIR/skills/research/SKILL.md" "$PACK/skill.md"; mkdir -p results; printf 'the plan' > results/plan.md; printf '{report}' > results/report.md; echo '{{"summary": "done"}}' > PLAN_TASK_RESULT.json"#
+    )
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    let mut c = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+/// The release `crucible runbook seal` makes of `dir`.
+fn sealed_digest(dir: &std::path::Path) -> String {
+    let out = Command::new(BIN)
+        .args(["runbook", "seal"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let release: Value = serde_json::from_slice(&out.stdout).unwrap();
+    release["digest"].as_str().unwrap().to_string()
+}
+
+// The sealed procedure is the turn's prompt, followed by the skills it may read and what the
+// contract checks; the skill dependency is readable in the sandbox; the row's ledger pins the
+// release `crucible runbook seal` makes and hashes each checkpoint's artifact.
+#[test]
+fn a_runbook_turn_follows_its_sealed_procedure_and_its_ledger_pins_the_release() {
+    let p = pack(&["triage"], &command_backend(&follows("the report")));
+    bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, false));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let row = p.row("triage");
+    assert_eq!(row["status"], "pass", "{row}");
+    let prompt = std::fs::read_to_string(p.probe().join("prompt.md")).unwrap();
+    assert!(prompt.contains("# Triage procedure"), "{prompt}");
+    assert!(prompt.contains("- skills/research/SKILL.md"), "{prompt}");
+    assert!(
+        prompt.contains("- artifact_nonempty results/report.md"),
+        "{prompt}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.probe().join("skill.md")).unwrap(),
+        "# Research\n\nSearch the code for the symptom.\n"
+    );
+    let ledger = &row["runbook"];
+    assert_eq!(ledger["name"], "triage");
+    assert_eq!(
+        ledger["digest"],
+        sealed_digest(&p.path().join("runbooks/triage"))
+    );
+    let plan = &ledger["checkpoints"][0];
+    assert_eq!(plan["stage"], "plan");
+    assert_eq!(plan["artifacts"][0]["path"], "results/plan.md");
+    assert_eq!(plan["artifacts"][0]["sha256"], sha256(b"the plan"));
+    assert_eq!(plan["artifacts"][0]["bytes"], 8);
+    assert_eq!(
+        ledger["checkpoints"][1]["artifacts"][0]["sha256"],
+        sha256(b"the report")
+    );
+    // Hashes only: no artifact's content is in the log.
+    let log = crate::resume::log_text(&p);
+    assert!(!log.contains("the report"), "{log}");
+    assert!(ledger["predicates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["holds"] == true));
+}
+
+// `runbook_finish` rejects a `success` while a predicate fails: a turn that claims success
+// (it wrote its result) with an empty report fails, naming the predicate; the ledger says which
+// predicate did not hold and what the checkpoint saw.
+#[test]
+fn a_claimed_success_with_a_failing_predicate_fails_naming_it() {
+    let p = pack(&["triage"], &command_backend(&follows("")));
+    bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, false));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = p.row("triage");
+    assert_eq!(row["status"], "fail", "{row}");
+    assert_eq!(
+        row["note"],
+        "runbook `triage`: success claimed while predicate artifact_nonempty `results/report.md` fails"
+    );
+    let ledger = &row["runbook"];
+    assert_eq!(ledger["predicates"][0]["holds"], true);
+    assert_eq!(ledger["predicates"][1]["holds"], false);
+    assert_eq!(ledger["checkpoints"][1]["artifacts"][0]["bytes"], 0);
+}
+
+// Without `network` the turn has none: it cannot reach a loopback server the test runs, while a
+// turn whose runbook allows `network` can. Without `filesystem.write` its working directory is
+// read-only: its write fails and leaves nothing, while its result file still reaches the engine.
+#[test]
+fn the_effect_classes_bound_the_turn_through_the_sandbox() {
+    let port = crate::support::loopback_server();
+    let turn = format!(
+        r#"if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}; printf "GET / HTTP/1.0\r\n\r\n" >&3; head -c 15 <&3' >/tmp/reply 2>/dev/null; then net=$(cat /tmp/reply); else net=none; fi; if echo x > wrote.txt 2>/dev/null; then w=yes; else w=no; fi; echo "{{\"net\": \"$net\", \"wrote\": \"$w\"}}" > PLAN_TASK_RESULT.json"#
+    );
+    let p = pack(&["offline", "readonly", "open"], &command_backend(&turn));
+    let read_exec = ["filesystem.read", "filesystem.write", "process.exec"];
+    bundle(
+        &p,
+        "offline",
+        &contract("offline", &read_exec, false, false),
+    );
+    let no_write = ["filesystem.read", "process.exec", "network"];
+    bundle(
+        &p,
+        "readonly",
+        &contract("readonly", &no_write, false, false),
+    );
+    bundle(&p, "open", &contract("open", EVERY_EFFECT, false, false));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = |t: &str| p.row(t)["output"].clone();
+    assert_eq!(out("offline")["net"], "none");
+    assert_eq!(out("offline")["wrote"], "yes");
+    assert_eq!(out("readonly")["net"], "HTTP/1.0 200 OK");
+    assert_eq!(out("readonly")["wrote"], "no");
+    assert_eq!(out("open")["net"], "HTTP/1.0 200 OK");
+    assert_eq!(out("open")["wrote"], "yes");
+}
+
+// What a runbook forbids that nothing here can take away, or needs that nothing here can give,
+// is refused before dispatch, by `plan run` and by `check` alike, in the same words: a turn that
+// must not start processes, a sandbox opted out of, a harness CLI that needs the network for its
+// model, required tools no harness reports, and a gate with no terminal to ask on (stdin here
+// is not a terminal).
+#[test]
+fn what_a_runbook_needs_that_cannot_be_enforced_is_refused_before_dispatch() {
+    let read_write = ["filesystem.read", "filesystem.write", "network"];
+    let read_exec = ["filesystem.read", "filesystem.write", "process.exec"];
+    let with_caps = contract("triage", EVERY_EFFECT, false, false).replace(
+        "\"requiredCapabilities\": []",
+        "\"requiredCapabilities\": [\"read\"]",
+    );
+    let cases: [(String, &str, &[&str], &str); 5] = [
+        (
+            contract("triage", &read_write, false, false),
+            "",
+            &[],
+            "task `triage` runs runbook `triage`, which leaves out `process.exec`",
+        ),
+        (
+            contract("triage", &read_exec, false, false),
+            "",
+            &["--no-sandbox"],
+            "task `triage` runs runbook `triage`, whose effect classes leave out network: only the bubblewrap sandbox takes those away",
+        ),
+        (
+            contract("triage", &read_exec, false, false),
+            "harness = \"pi\"",
+            &[],
+            "task `triage` runs runbook `triage`, which leaves out `network`: a harness CLI reaches its model over the network",
+        ),
+        (
+            with_caps,
+            "",
+            &[],
+            "task `triage` runs runbook `triage`, which requires the tool(s) read",
+        ),
+        (
+            contract("triage", EVERY_EFFECT, true, true),
+            "",
+            &[],
+            "task `triage` runs runbook `triage`, which has the gate `approve-plan`: a gate waits for a person, and this run has no terminal to ask on",
+        ),
+    ];
+    for (contract, agent, flags, reason) in cases {
+        let agent = if agent.is_empty() {
+            command_backend("echo '{}' > PLAN_TASK_RESULT.json")
+        } else {
+            agent.to_string()
+        };
+        let p = pack(&["triage"], &agent);
+        bundle(&p, "triage", &contract);
+        let run = p.run(flags);
+        assert_eq!(run.code, 1, "{reason}: {run:?}");
+        assert!(run.stderr.contains(reason), "{reason}: {run:?}");
+        assert!(!p.state().join("runs").exists(), "nothing was dispatched");
+        if flags.is_empty() {
+            let check = p.check().run();
+            assert_eq!(check.code, 1, "{reason}: {check:?}");
+            assert!(check.stderr.contains(reason), "{reason}: {check:?}");
+        }
+    }
+}
+
+// An invalid contract is a compile error at its place in the bundle's runbook.json, naming the
+// rule, then at the call; nothing runs.
+#[test]
+fn an_invalid_runbook_is_a_compile_error_naming_its_file_and_rule() {
+    let p = pack(&["triage"], &command_backend("true"));
+    bundle(
+        &p,
+        "triage",
+        &contract("triage", &["filesystem.wirte"], false, false),
+    );
+    for r in [p.check().run(), p.run(&[])] {
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(
+            r.stderr.contains(
+                "error[runbook.effect]: `$.allowedEffectClasses[0]`: `filesystem.wirte` is not an effect class\n --> runbooks/triage/runbook.json:8:"
+            ),
+            "{r:?}"
+        );
+        assert!(
+            r.stderr
+                .contains("skill(): the runbook bundle `runbooks/triage` is refused"),
+            "{r:?}"
+        );
+    }
+    assert!(!p.state().join("runs").exists());
+}
+
+/// `command` (a shell command line) run in `dir` on a pseudo-terminal (`script`) with `env`,
+/// `typed` typed ahead at it (the terminal keeps it until the gate reads it).
+fn on_a_terminal(command: &str, dir: &std::path::Path, env: &[(&str, &str)], typed: &str) -> Ran {
+    let mut child = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) runs");
+    (child.stdin.as_mut().unwrap())
+        .write_all(typed.as_bytes())
+        .unwrap();
+    Ran::from(child.wait_with_output().unwrap())
+}
+
+// A gate pauses the run for a person at the terminal: the stage's summary and its artifacts'
+// hashes are shown, `y` approves and the task passes with the decision in its ledger; `n`
+// rejects, and the task fails saying so.
+#[test]
+fn a_gate_is_decided_at_the_terminal() {
+    for (typed, status, approved) in [("y\n", "pass", true), ("n\n", "fail", false)] {
+        let p = pack(&["triage"], &command_backend(&follows("the report")));
+        bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, true));
+        let command = format!("{BIN} {}", p.run_args(&[]).join(" "));
+        let probe = p.probe().to_string_lossy().into_owned();
+        let r = on_a_terminal(&command, p.path(), &[("PACK", &probe)], typed);
+        let drawn = &r.stdout;
+        assert!(
+            drawn.contains("gate approve-plan of runbook triage (task triage): Approve the plan before the report"),
+            "{r:?}"
+        );
+        assert!(drawn.contains("stage plan: Plan ready"), "{r:?}");
+        assert!(
+            drawn.contains(&format!(
+                "artifact results/plan.md  sha256:{} (8 bytes)",
+                sha256(b"the plan")
+            )),
+            "{r:?}"
+        );
+        let row = p.row("triage");
+        assert_eq!(row["status"], status, "{row}");
+        assert_eq!(
+            row["runbook"]["checkpoints"][0]["gate"],
+            serde_json::json!({"id": "approve-plan", "approved": approved, "by": "terminal"})
+        );
+        if !approved {
+            assert_eq!(
+                row["note"],
+                "runbook `triage`: gate `approve-plan` was rejected at the terminal"
+            );
+        }
+    }
+}
+
+/// The runbook example (`examples/runbook`) copied to a tempdir, changed by `edit(path, text)`
+/// for each of its files.
+fn example(edit: impl Fn(&str, String) -> String) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = crate::examples::repo_root().join("examples/runbook");
+    crate::examples::copy_dir(&root, tmp.path());
+    for rel in ["crucible.toml", "agent.sh", "runbooks/triage/runbook.json"] {
+        let path = tmp.path().join(rel);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, edit(rel, text)).unwrap();
+    }
+    tmp
+}
+
+/// `runbook.json` with a gate on its plan checkpoint.
+fn gated(text: String) -> String {
+    text.replace(
+        r#""summary": "Plan written", "artifactPaths": ["results/plan.md"]"#,
+        r#""summary": "Plan written", "artifactPaths": ["results/plan.md"], "gate": {"id": "approve-plan", "prompt": "Approve the plan"}"#,
+    )
+}
+
+/// `runbook.json` without `filesystem.write`.
+fn read_only(text: String) -> String {
+    text.replace(r#""filesystem.write", "#, "")
+}
+
+/// The example's `triage` row of its last run in `dir`.
+fn triage_row(dir: &std::path::Path) -> Value {
+    let current = std::fs::read_to_string(dir.join("state/current")).unwrap();
+    let log = std::fs::read_to_string(
+        dir.join("state/runs")
+            .join(current.trim())
+            .join("session.jsonl"),
+    )
+    .unwrap();
+    log.lines()
+        .rev()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["kind"] == "task_result" && l["task"] == "triage")
+        .expect("a triage row")
+}
+
+/// `plan run` of the example in `dir` with `env`, on a terminal typing `typed` when given.
+fn run_example(dir: &std::path::Path, env: &[(&str, &str)], typed: Option<&str>) -> Ran {
+    let args = ["plan", "run", "--max-cost", "1", "--max-time", "5m"];
+    match typed {
+        Some(typed) => on_a_terminal(&format!("{BIN} {}", args.join(" ")), dir, env, typed),
+        None => {
+            let mut c = Command::new(BIN);
+            c.args(args)
+                .current_dir(dir)
+                .envs(env.iter().copied())
+                .stdin(Stdio::null());
+            Cmd(c).run()
+        }
+    }
+}
+
+// The runbook example on the command backend (agent.sh stands in for the agent): it passes with
+// its artifacts hashed; with an empty report it fails naming the predicate; with a gate it is
+// approved at the terminal; without `filesystem.write` the sandbox refuses its writes.
+#[test]
+fn the_runbook_example_on_the_command_backend() {
+    let pass = example(|_, t| t);
+    let r = run_example(pass.path(), &[], None);
+    assert_eq!(r.code, 0, "{r:?}");
+    let plan = std::fs::read_to_string(pass.path().join("workspace/results/plan.md")).unwrap();
+    assert!(plan.contains("Search the code for the symptom"), "{plan}");
+    let row = triage_row(pass.path());
+    assert_eq!(
+        row["runbook"]["checkpoints"][0]["artifacts"][0]["sha256"],
+        sha256(plan.as_bytes())
+    );
+
+    let empty = example(|rel, t| match rel {
+        "agent.sh" => t.replace(
+            "} > results/report.md",
+            "} >/dev/null; : > results/report.md",
+        ),
+        _ => t,
+    });
+    let r = run_example(empty.path(), &[], None);
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = triage_row(empty.path());
+    assert_eq!(
+        row["note"],
+        "runbook `triage`: success claimed while predicate artifact_nonempty `results/report.md` fails"
+    );
+
+    let gate = example(|rel, t| match rel {
+        "runbooks/triage/runbook.json" => gated(t),
+        _ => t,
+    });
+    let r = run_example(gate.path(), &[], Some("y\n"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("gate approve-plan of runbook triage"),
+        "{r:?}"
+    );
+    assert_eq!(
+        triage_row(gate.path())["runbook"]["checkpoints"][0]["gate"]["approved"],
+        true
+    );
+
+    let ro = example(|rel, t| match rel {
+        "runbooks/triage/runbook.json" => read_only(t),
+        _ => t,
+    });
+    let r = run_example(ro.path(), &[], None);
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = triage_row(ro.path());
+    assert_eq!(row["status"], "fail", "{row}");
+    assert!(
+        row["note"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only file system"),
+        "{row}"
+    );
+    assert!(!ro.path().join("workspace/results").exists());
+}
+
+// The runbook example on a real agent CLI (pi) against the scripted model endpoint, whose
+// default script stands in for the model following the procedure: it passes with its artifacts
+// hashed; writing no report, it fails naming the predicate; with a gate it is approved at the
+// terminal; without `filesystem.write` the sandbox refuses the turn's writes (its shell says
+// so to the model) and only its result reaches the engine.
+#[test]
+fn the_runbook_example_on_a_real_agent_cli() {
+    let Some(cli) = crate::support::agent_cli("pi") else {
+        return;
+    };
+    let on_pi = |rel: &str, t: String| match rel {
+        "crucible.toml" => {
+            t.replace(
+                "backend = \"command\"\nagent_cmd = \"sh agent.sh\"\n",
+                "harness = \"pi\"\n",
+            ) + &format!(
+            "\n[agent.cli]\npi = {:?}\n[agent.prices.\"scripted-1\"]\ninput = 3.0\noutput = 15.0\n",
+            cli.to_string_lossy()
+        )
+        }
+        _ => t,
+    };
+    let scenario = |script: Value, edit: &dyn Fn(&str, String) -> String, typed: Option<&str>| {
+        let model = crate::model_double::ModelDouble::with_default(script);
+        let dir = example(|rel, t| edit(rel, on_pi(rel, t)));
+        let binding = serde_json::json!({"version": 1, "bindings": [{"role": "agent",
+            "protocol": "chat_completions", "url": model.url(), "model": "scripted-1",
+            "key_env": "SCRIPTED_KEY"}]});
+        let env = [
+            ("CRUCIBLE_INFERENCE", binding.to_string()),
+            ("SCRIPTED_KEY", "sk-scripted".to_string()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let r = run_example(dir.path(), &env, typed);
+        (dir, r, model)
+    };
+    let follows = serde_json::json!({"write": {
+        "results/plan.md": "# Plan\n1. Search the code for the symptom.\n",
+        "results/report.md": "# Report\nThe comma is missing.\n",
+        "PLAN_TASK_RESULT.json": "{\"summary\": \"planned and reported\"}"}});
+    let same = |_: &str, t: String| t;
+
+    let (dir, r, model) = scenario(follows.clone(), &same, None);
+    assert_eq!(r.code, 0, "{r:?}");
+    let row = triage_row(dir.path());
+    assert_eq!(row["status"], "pass", "{row}");
+    assert_eq!(
+        row["runbook"]["checkpoints"][1]["artifacts"][0]["sha256"],
+        sha256(b"# Report\nThe comma is missing.\n")
+    );
+    let calls = model.scripted_calls();
+    assert!(calls[0].conversation().contains("Triage a bug report"));
+    assert!(calls[0].conversation().contains("skills/research/SKILL.md"));
+
+    let no_report = serde_json::json!({"write": {
+        "results/plan.md": "# Plan\n",
+        "PLAN_TASK_RESULT.json": "{\"summary\": \"done\"}"}});
+    let (dir, r, _) = scenario(no_report, &same, None);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(
+        triage_row(dir.path())["note"],
+        "runbook `triage`: success claimed while predicate artifact_nonempty `results/report.md` fails"
+    );
+
+    let gate = |rel: &str, t: String| match rel {
+        "runbooks/triage/runbook.json" => gated(t),
+        _ => t,
+    };
+    let (dir, r, _) = scenario(follows, &gate, Some("y\n"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("gate approve-plan of runbook triage"),
+        "{r:?}"
+    );
+    assert_eq!(
+        triage_row(dir.path())["runbook"]["checkpoints"][0]["gate"]["approved"],
+        true
+    );
+
+    let ro = |rel: &str, t: String| match rel {
+        "runbooks/triage/runbook.json" => read_only(t),
+        _ => t,
+    };
+    let tries = serde_json::json!({"write": {"PLAN_TASK_RESULT.json": "{\"summary\": \"tried\"}"},
+        "bash": "mkdir -p results && echo '# Plan' > results/plan.md"});
+    let (dir, r, model) = scenario(tries, &ro, None);
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = triage_row(dir.path());
+    assert_eq!(
+        row["note"],
+        "runbook `triage`: success claimed while predicate artifact_exists `results/plan.md` fails"
+    );
+    assert!(!dir.path().join("workspace/results").exists());
+    let said = model
+        .requests()
+        .iter()
+        .map(|s| s.conversation())
+        .collect::<String>();
+    assert!(said.contains("Read-only file system"), "{said}");
+}
