@@ -89,8 +89,13 @@ impl Executor {
                 Ok(result) => Ended::from(result),
                 Err(e) => Ended::Failed(format!("the engine failed: {e}")),
             };
-            if let Err(e) = record_end(&app.db, &id, &ended).await {
-                eprintln!("controller: recording the end of run {id}: {e:#}");
+            // The end must be recorded, or the run would read `running` until a restart: a busy
+            // store (every connection taken) is waited out, not given up on.
+            let mut pause = std::time::Duration::from_millis(100);
+            while let Err(e) = record_end(&app.db, &id, &ended).await {
+                eprintln!("controller: recording the end of run {id} (retrying): {e:#}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
             }
             app.executor.live.lock().expect("live runs").remove(&id);
         });
