@@ -9,6 +9,8 @@ use crucible_pack::LoadedManifest;
 use git2::{build::CheckoutBuilder, IndexAddOption, Oid, Repository, Signature, StatusOptions};
 use std::path::{Component, Path, PathBuf};
 
+mod watch;
+
 /// The base commit's message.
 pub const BASE_MESSAGE: &str = "crucible: baseline workspace";
 
@@ -324,6 +326,42 @@ fn stage(repo: &Repository) -> Result<Oid, GitError> {
     index.write_tree().map_err(gerr("cannot write tree"))
 }
 
+/// `git add -A` for `paths` only (files, or directories taken whole): what [`stage`] does, with
+/// the index-to-workdir diff limited to those paths, so its cost follows what changed rather
+/// than the size of the workspace. Each path the diff reports is added, or removed when it no
+/// longer exists, exactly as libgit2's `add_all` applies its own diff.
+fn stage_paths(repo: &Repository, paths: &[PathBuf]) -> Result<Oid, GitError> {
+    let mut index = repo.index().map_err(gerr("cannot read the index"))?;
+    let mut opts = git2::DiffOptions::new();
+    opts.include_typechange(true)
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .disable_pathspec_match(true);
+    for p in paths {
+        opts.pathspec(p);
+    }
+    let diff = repo
+        .diff_index_to_workdir(Some(&index), Some(&mut opts))
+        .map_err(gerr("cannot stage changes"))?;
+    let deltas: Vec<(bool, PathBuf)> = diff
+        .deltas()
+        .filter_map(|d| {
+            let exists = d.new_file().exists();
+            let file = if exists { d.new_file() } else { d.old_file() };
+            Some((exists, file.path()?.to_path_buf()))
+        })
+        .collect();
+    drop(diff);
+    for (exists, path) in deltas {
+        match exists {
+            true => index.add_path(&path),
+            false => index.remove_path(&path),
+        }
+        .map_err(gerr("cannot stage changes"))?;
+    }
+    index.write_tree().map_err(gerr("cannot write tree"))
+}
+
 /// Stages every change in the work tree and commits it onto HEAD, moving HEAD and writing the
 /// index, unless nothing changed (and `force` is off). Returns the new commit.
 fn commit_all(repo: &Repository, message: &str, force: bool) -> Result<Option<Oid>, GitError> {
@@ -381,6 +419,9 @@ struct Held {
     unsaved: u32,
     /// Task commits since the loose objects were last packed.
     unpacked: u32,
+    /// What changed in the workspace since the last commit; `None` when the kernel cannot
+    /// say, and then every commit walks the whole work tree.
+    watch: Option<watch::Watch>,
 }
 
 /// How many task commits may pass between saves of HEAD and the index. Between saves every
@@ -393,6 +434,9 @@ const SAVE_EVERY: u32 = 32;
 /// rewritten whole by every commit); packed, each is a delta against a similar one. Packing
 /// costs in proportion to what it packs, so a fixed interval keeps it linear in the run.
 const PACK_EVERY: u32 = 256;
+
+/// `0` turns the workspace watch off: every task commit then walks the whole work tree.
+const WATCH_ENV: &str = "CRUCIBLE_GIT_WATCH";
 
 impl Memory {
     /// Opens the memory through the workspace's `.git` link, which names the work tree.
@@ -407,11 +451,19 @@ impl Memory {
             .and_then(|h| h.peel_to_commit())
             .map_err(gerr("the git memory has no HEAD commit"))?
             .id();
+        // A workspace that changes by other ways than its own directory entries (a network
+        // file system another machine writes) can be staged by whole-tree passes instead.
+        let watched = std::env::var_os(WATCH_ENV).is_none_or(|v| v != "0");
+        let watch = repo
+            .workdir()
+            .filter(|_| watched)
+            .and_then(watch::Watch::start);
         Ok(Memory(std::sync::Mutex::new(Held {
             repo,
             head,
             unsaved: 0,
             unpacked: 0,
+            watch,
         })))
     }
 
@@ -452,9 +504,34 @@ impl Memory {
 }
 
 impl Held {
+    /// Stages what changed since the last commit: the paths the watch names, or everything.
+    /// None when nothing can have changed.
+    fn stage_changes(&mut self) -> Result<Option<Oid>, GitError> {
+        let changed = match &mut self.watch {
+            Some(w) => w.take(),
+            None => watch::Changed::Everything,
+        };
+        let everything = matches!(changed, watch::Changed::Everything);
+        let staged = match &changed {
+            watch::Changed::Paths(p) if p.is_empty() => Ok(None),
+            watch::Changed::Paths(p) => stage_paths(&self.repo, p).map(Some),
+            watch::Changed::Everything => stage(&self.repo).map(Some),
+        };
+        if let Some(w) = &mut self.watch {
+            if staged.is_err() {
+                w.spoil();
+            } else if !w.settle(everything) {
+                self.watch = None;
+            }
+        }
+        staged
+    }
+
     fn commit_task(&mut self, task: &str) -> Result<Option<Oid>, GitError> {
+        let Some(tree_id) = self.stage_changes()? else {
+            return Ok(None);
+        };
         let repo = &self.repo;
-        let tree_id = stage(repo)?;
         let parent = repo
             .find_commit(self.head)
             .map_err(gerr("cannot read HEAD"))?;

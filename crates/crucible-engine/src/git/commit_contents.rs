@@ -360,3 +360,107 @@ fn loose_objects_are_packed_periodically_and_at_the_end_and_survive_a_reopen() {
     assert_eq!(packs(&f), 2);
     fsck(&f);
 }
+
+/// What makes staging only the paths a task touched risky (issue 18): every change must be seen
+/// whatever way it was made, and whatever the kernel reports or fails to report, the commit is
+/// still exactly `git add -A`'s.
+#[test]
+fn changes_however_made_are_committed_as_git_add_all_stages() {
+    let f = fixture();
+    assert!(f.memory.held().watch.is_some(), "the workspace is watched");
+    step(&f, "seed", seed);
+    // A writer that stays open across a commit (as a process a task left running would).
+    let mut open = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.ws.join("dir/c.txt"))
+        .unwrap();
+    step(&f, "open writer, first write", |_| {
+        use std::io::Write;
+        open.write_all(b"1").unwrap();
+    });
+    step(&f, "open writer, same-second write", |_| {
+        use std::io::Write;
+        open.write_all(b"2").unwrap();
+    });
+    drop(open);
+    step(&f, "through a shared mapping, written after close", |ws| {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(ws.join("b.txt"))
+            .unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a one-byte shared mapping of a one-byte file, written then unmapped.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                1,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            drop(file);
+            *(p as *mut u8) = b'M';
+            libc::munmap(p, 1);
+        }
+    });
+    step(&f, "content and mtime both put back", |ws| {
+        let p = ws.join("tool.sh");
+        let meta = std::fs::metadata(&p).unwrap();
+        write(&p, "#!/bin/sh\n");
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(meta.modified().unwrap())
+            .unwrap();
+    });
+    step(&f, "a directory renamed", |ws| {
+        std::fs::rename(ws.join("dir/sub"), ws.join("moved")).unwrap()
+    });
+    step(&f, "a file in the renamed directory", |ws| {
+        write(&ws.join("moved/after.txt"), "after")
+    });
+    step(&f, "a directory moved in from outside", |ws| {
+        let outside = ws.parent().unwrap().join("outside");
+        write(&outside.join("deep/o.txt"), "o");
+        std::fs::rename(&outside, ws.join("inbound")).unwrap();
+    });
+    step(&f, "a file deep in the moved-in directory", |ws| {
+        write(&ws.join("inbound/deep/p.txt"), "p")
+    });
+    step(
+        &f,
+        "an ignore rule dropped: untouched ignored files appear",
+        |ws| write(&ws.join(".gitignore"), "build/\n"),
+    );
+    step(
+        &f,
+        "an ignore rule added: new matching files stay out",
+        |ws| {
+            write(&ws.join(".gitignore"), "build/\n*.tmp\n");
+            write(&ws.join("x.tmp"), "x");
+        },
+    );
+    step(&f, "a new directory with files made in it at once", |ws| {
+        write(&ws.join("fresh/a/b/c.txt"), "c");
+        write(&ws.join("fresh/a/d.txt"), "d");
+    });
+    step(&f, "a file in that directory, next task", |ws| {
+        write(&ws.join("fresh/a/b/e.txt"), "e")
+    });
+    step(&f, "a directory replaced by a symlink", |ws| {
+        std::fs::remove_dir_all(ws.join("fresh/a/b")).unwrap();
+        symlink("../../moved", ws.join("fresh/a/b")).unwrap();
+    });
+    step(&f, "more changes than the kernel queues", |ws| {
+        for i in 0..6_000 {
+            write(&ws.join(format!("flood/{}/f{i}", i % 10)), "x");
+        }
+    });
+    step(&f, "a file after the flood", |ws| {
+        write(&ws.join("flood/3/f3"), "y")
+    });
+}
