@@ -166,8 +166,8 @@ for s in $SHAPES; do
     chain2000) shape chain2000 chain 2000 ;;
     indep5000) shape indep5000 indep 5000 ;;
     repo50k)
-      [ -d "$WORK/repo50k" ] || gen_repo "$WORK/repo50k"
-      shape repo50k chain 200 "$WORK/repo50k" ;;
+      [ -d "$WORK/src50k" ] || gen_repo "$WORK/src50k"
+      shape repo50k chain 200 "$WORK/src50k" ;;
     *) echo "unknown shape $s" >&2; exit 2 ;;
   esac
   echo "  (load average $(cut -d' ' -f1-3 /proc/loadavg))"
