@@ -24,7 +24,11 @@ t0=$(date +%s)
 cargo run -p crucible-cli -- plan run --manifest examples/playbook/crucible.toml --max-cost 1 --max-time 5m \
   > "$WORK/run.log" 2>&1 || { tail -20 "$WORK/run.log"; exit 1; }
 t1=$(date +%s)
-cargo test --workspace > "$WORK/test.log" 2>&1 || { grep -E '^(test result|failures)' "$WORK/test.log"; exit 1; }
+cargo test --workspace > "$WORK/test.log" 2>&1 || {
+  grep -E -A12 '^---- ' "$WORK/test.log"
+  grep -E '^test .* FAILED|^test result' "$WORK/test.log"
+  exit 1
+}
 t2=$(date +%s)
 printf 'rev %s\nrun command (cold): %d s\ntest command after it: %d s\nboth: %d min %02d s\nload average: %s\n' \
   "$(git rev-parse --short HEAD)" $((t1 - t0)) $((t2 - t1)) $(((t2 - t0) / 60)) $(((t2 - t0) % 60)) \
