@@ -269,16 +269,20 @@ fn without_namespaces_the_run_is_refused_unless_opted_out() {
 // read-only, and writes its workspace.
 #[test]
 fn an_unprivileged_engine_sandboxes_its_tasks_too() {
-    let p = Pack::playbook(&command(
+    // Its own `[sandbox]` table: the test probes live in the target directory, which `nobody`
+    // may not reach, so they are not exposed.
+    let p = Pack::playbook(&format!("[sandbox]\nenabled = true\n{}", command(
         "a",
         "test ! -e ../crucible.toml && test ! -e ../state/runs/*/session.jsonl && ! touch /etc/x 2>/dev/null \
          && touch made.txt && echo '{}'",
         "",
-    ));
-    // A copy of the engine nobody can run wherever the build is.
-    let bin = p.probe().join("crucible");
+    )));
+    // A copy of the engine, and its home, in the system temp dir: the checkout and its target
+    // directory may sit where `nobody` cannot reach (a 0700 home or mktemp directory).
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join("crucible");
     std::fs::copy(crate::support::BIN, &bin).unwrap();
-    for root in [p.path(), p.probe()] {
+    for root in [p.path(), home.path()] {
         let own = std::process::Command::new("chown")
             .args(["-R", "65534:65534"])
             .arg(root)
@@ -291,8 +295,7 @@ fn an_unprivileged_engine_sandboxes_its_tasks_too() {
         .arg(&bin)
         .args(p.run_args(&[]))
         .current_dir(p.path())
-        .env("HOME", p.probe())
-        .env("PACK", p.probe())
+        .env("HOME", home.path())
         .stdin(Stdio::null());
     let r = crate::support::Cmd(c).run();
     assert_eq!(r.code, 0, "{r:?}");
