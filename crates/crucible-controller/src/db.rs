@@ -3,7 +3,7 @@
 //! are runtime strings with `$n` placeholders, which both backends accept.
 
 use anyhow::{Context, Result};
-use sqlx::any::AnyPoolOptions;
+use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 use std::borrow::Cow;
@@ -15,6 +15,25 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "drafts", include_str!("../migrations/0002_drafts.sql")),
     (3, "runs", include_str!("../migrations/0003_runs.sql")),
 ];
+
+/// The rows of a team-owned table (`packs`, `drafts`) in the teams `subject` belongs to, by
+/// team and name: `id`, `team`, `name` and the table's column `extra`. Both names are ours,
+/// never a caller's.
+pub async fn in_subjects_teams(
+    db: &AnyPool,
+    subject: &str,
+    table: &str,
+    extra: &str,
+) -> sqlx::Result<Vec<AnyRow>> {
+    sqlx::query(&format!(
+        "SELECT t.id, s.name AS team, t.name, t.{extra} FROM {table} t \
+         JOIN memberships m ON m.team_id = t.team_id JOIN subjects s ON s.id = t.team_id \
+         WHERE m.user_id = $1 ORDER BY s.name, t.name"
+    ))
+    .bind(subject)
+    .fetch_all(db)
+    .await
+}
 
 /// Which database a controller stores into, for the start-up line (never the URL: it may
 /// carry a password).

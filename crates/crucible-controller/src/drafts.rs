@@ -197,14 +197,7 @@ async fn version_json(
 
 /// `GET /v1/drafts`: the drafts of the caller's teams.
 pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Value>> {
-    let rows = sqlx::query(
-        "SELECT d.id, s.name AS team, d.name, d.latest FROM drafts d \
-         JOIN memberships m ON m.team_id = d.team_id JOIN subjects s ON s.id = d.team_id \
-         WHERE m.user_id = $1 ORDER BY s.name, d.name",
-    )
-    .bind(&caller.id)
-    .fetch_all(&app.db)
-    .await?;
+    let rows = crate::db::in_subjects_teams(&app.db, &caller.id, "drafts", "latest").await?;
     let mut drafts = Vec::with_capacity(rows.len());
     for r in rows {
         drafts.push(json!({

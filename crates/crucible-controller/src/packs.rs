@@ -209,14 +209,7 @@ fn only_team(caller: &Caller) -> ApiResult<String> {
 
 /// `GET /v1/packs`: the packs of the caller's teams.
 pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Value>> {
-    let rows = sqlx::query(
-        "SELECT p.id, s.name AS team, p.name, p.current_digest FROM packs p \
-         JOIN memberships m ON m.team_id = p.team_id JOIN subjects s ON s.id = p.team_id \
-         WHERE m.user_id = $1 ORDER BY s.name, p.name",
-    )
-    .bind(&caller.id)
-    .fetch_all(&app.db)
-    .await?;
+    let rows = crate::db::in_subjects_teams(&app.db, &caller.id, "packs", "current_digest").await?;
     let mut packs = Vec::with_capacity(rows.len());
     for r in rows {
         packs.push(json!({

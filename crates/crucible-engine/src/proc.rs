@@ -385,6 +385,23 @@ mod tests {
         Spawn::shell(command, Path::new("."), env.collect())
     }
 
+    /// An attempt outside any sandbox, tracked in a process-group set of its own.
+    async fn plain(
+        spawn: &Spawn,
+        deadline: Deadline,
+        abort: watch::Receiver<Abort>,
+    ) -> io::Result<Finished> {
+        run(
+            spawn,
+            None,
+            deadline,
+            abort,
+            None,
+            &ProcessGroups::default(),
+        )
+        .await
+    }
+
     fn far() -> Deadline {
         Deadline {
             at: Instant::now() + Duration::from_secs(30),
@@ -396,9 +413,7 @@ mod tests {
     async fn captures_output_and_status() {
         let (_tx, rx) = watch::channel(Abort::None);
         let s = sh("echo $X; echo err >&2; exit 3", &[("X", "7")]);
-        let f = run(&s, None, far(), rx, None, &ProcessGroups::default())
-            .await
-            .unwrap();
+        let f = plain(&s, far(), rx).await.unwrap();
         assert!(matches!(f.ended, Ended::Exited(s) if s.code() == Some(3)));
         assert_eq!(f.stdout, b"7\n");
         assert_eq!(f.stderr, b"err\n");
@@ -412,16 +427,9 @@ mod tests {
             at: Instant::now() + Duration::from_millis(300),
             own_limit: true,
         };
-        let f = run(
-            &sh("sleep 30 & echo $!; wait", &[]),
-            None,
-            d,
-            rx,
-            None,
-            &ProcessGroups::default(),
-        )
-        .await
-        .unwrap();
+        let f = plain(&sh("sleep 30 & echo $!; wait", &[]), d, rx)
+            .await
+            .unwrap();
         assert!(matches!(f.ended, Ended::TimedOut));
         let pid: u32 = String::from_utf8_lossy(&f.stdout).trim().parse().unwrap();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -434,18 +442,7 @@ mod tests {
     #[tokio::test]
     async fn abort_stops_an_attempt() {
         let (tx, rx) = watch::channel(Abort::None);
-        let h = tokio::spawn(async move {
-            run(
-                &sh("sleep 30", &[]),
-                None,
-                far(),
-                rx,
-                None,
-                &ProcessGroups::default(),
-            )
-            .await
-            .unwrap()
-        });
+        let h = tokio::spawn(async move { plain(&sh("sleep 30", &[]), far(), rx).await.unwrap() });
         // Whether the stop lands before or after the spawn, the attempt ends stopped.
         tx.send(Abort::Stop).unwrap();
         assert!(matches!(h.await.unwrap().ended, Ended::Stopped));
@@ -455,16 +452,7 @@ mod tests {
     async fn long_output_keeps_its_end() {
         let (_tx, rx) = watch::channel(Abort::None);
         let cmd = "yes x | head -c 3000000; echo; echo '{\"last\": true}'";
-        let f = run(
-            &sh(cmd, &[]),
-            None,
-            far(),
-            rx,
-            None,
-            &ProcessGroups::default(),
-        )
-        .await
-        .unwrap();
+        let f = plain(&sh(cmd, &[]), far(), rx).await.unwrap();
         assert!(f.stdout.len() <= STDOUT_KEEP);
         assert!(f.stdout.ends_with(b"{\"last\": true}\n"));
     }
@@ -473,9 +461,7 @@ mod tests {
     async fn spawn_failure_is_an_error() {
         let (_tx, rx) = watch::channel(Abort::None);
         let s = Spawn::shell("true", Path::new("/nonexistent-dir"), Vec::new());
-        assert!(run(&s, None, far(), rx, None, &ProcessGroups::default())
-            .await
-            .is_err());
+        assert!(plain(&s, far(), rx).await.is_err());
     }
 
     // The spawn's environment is all the process gets: the engine's own is cleared.
@@ -484,9 +470,7 @@ mod tests {
         let (_tx, rx) = watch::channel(Abort::None);
         let home = std::env::var("HOME").unwrap_or_default();
         let s = sh("env", &[("ONLY", "this")]);
-        let f = run(&s, None, far(), rx, None, &ProcessGroups::default())
-            .await
-            .unwrap();
+        let f = plain(&s, far(), rx).await.unwrap();
         let text = String::from_utf8_lossy(&f.stdout);
         assert!(text.lines().any(|l| l == "ONLY=this"), "{text}");
         assert!(
