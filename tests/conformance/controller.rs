@@ -159,6 +159,7 @@ impl Server {
         let auth = format!("Bearer {token}");
         let response = match (method, body) {
             ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => agent.delete(&url).header("Authorization", &auth).call(),
             (_, Some(b)) => agent
                 .post(&url)
                 .header("Authorization", &auth)
@@ -1070,15 +1071,8 @@ fn pack_base_delivery_budget_enforced_at_save() {
     for store in Store::all() {
         let server = Server::start(&store, &["--delivery-budget", "2048"]);
         let noise = noise();
-        let (s, v) = server.save_draft("d", None, &tar_of(&[file("noise", &noise)]), &server.admin);
-        assert_eq!(s, 422, "{v}");
-        assert!(
-            v["error"]
-                .as_str()
-                .unwrap()
-                .contains("delivery budget of 2048 bytes"),
-            "{v}"
-        );
+        let saved = server.save_draft("d", None, &tar_of(&[file("noise", &noise)]), &server.admin);
+        assert_over_budget(saved, 2048);
         server.assert_store_clean(0);
     }
 }
@@ -1119,4 +1113,227 @@ fn concurrent_saves_of_one_draft_get_distinct_versions() {
         );
         assert_eq!(shown["versions"].as_array().unwrap().len(), 8);
     }
+}
+
+impl Server {
+    /// The stored tree of a digest, by the store's layout.
+    pub(crate) fn tree(&self, digest: &str) -> std::path::PathBuf {
+        let hex = digest.strip_prefix("tree1:").unwrap();
+        self.state.path().join("trees").join(hex)
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a stored tree is kept, unchanged, while any draft version or pack
+// (current or prior revision) records its digest, and collected once nothing does: deleting a
+// draft or a pack removes exactly the trees no other holder records. A tree nothing records
+// (a recording that never committed) is removed when the controller starts; anything in the
+// store that is not a tree is left alone. (A launch's hold: controller_runs.rs.)
+#[test]
+fn pack_base_trees_kept_while_recorded_and_collected_after() {
+    for store in Store::all() {
+        let mut server = Server::start(&store, &[]);
+        let (pack, shared) = registered(&server, "p", &[("a", "1")]);
+        let (_, prior_only) = registered(&server, "q", &[("a", "3")]);
+        let (s, v) = server.save_draft("d", None, &tar_of(&[file("a", "1")]), &server.admin);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["digest"], shared.as_str());
+        let draft = v["id"].as_str().unwrap().to_string();
+        let (_, v) = server.save_draft("d", None, &tar_of(&[file("a", "2")]), &server.admin);
+        let draft_only = v["digest"].as_str().unwrap().to_string();
+        // `shared` becomes a prior revision of `p`: still recorded by the pack.
+        let (s, _) = server.push_tar("p", "platform", &tar_of(&[file("a", "3")]), &server.admin);
+        assert_eq!(s, 200);
+        for d in [&shared, &draft_only] {
+            assert!(server.tree(d).is_dir(), "{}: {d}", server.store);
+        }
+        // A viewer may not delete; another team cannot tell the draft exists.
+        let viewer = server.team_with_user("blue", "bo", "viewer");
+        let (s, _) = server.call("DELETE", &format!("/v1/drafts/{draft}"), &viewer, None);
+        assert_eq!(s, 404);
+        let (s, v) = server.call(
+            "DELETE",
+            &format!("/v1/drafts/{draft}"),
+            &server.admin,
+            None,
+        );
+        assert_eq!(s, 200, "{v}");
+        assert!(!server.tree(&draft_only).exists(), "{}", server.store);
+        assert!(
+            server.tree(&shared).is_dir(),
+            "{}: held by a prior revision",
+            server.store
+        );
+        let (s, _) = server.get(&format!("/v1/drafts/{draft}"), &server.admin);
+        assert_eq!(s, 404);
+        // Deleting `p` releases `shared`; its current tree (a=3) is still `q`'s.
+        let (s, v) = server.call("DELETE", &format!("/v1/packs/{pack}"), &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+        assert!(!server.tree(&shared).exists(), "{}", server.store);
+        assert!(server.tree(&prior_only).is_dir(), "{}", server.store);
+        let (_, packs) = server.get("/v1/packs", &server.admin);
+        assert_eq!(packs["packs"].as_array().unwrap().len(), 1, "{packs}");
+        // An unrecorded tree left in the store goes at the next start; other entries stay.
+        let stray = server.tree(&format!("tree1:{}", "ab".repeat(32)));
+        std::fs::create_dir_all(&stray).unwrap();
+        std::fs::write(stray.join("a"), "x").unwrap();
+        let other = server.state.path().join("trees/not-a-tree");
+        std::fs::create_dir_all(&other).unwrap();
+        server.restart(&store);
+        assert!(!stray.exists(), "{}", server.store);
+        assert!(other.is_dir());
+        assert!(server.tree(&prior_only).is_dir());
+        let (_, audit) = server.get("/v1/audit", &server.admin);
+        let actions: Vec<&str> = audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["action"].as_str().unwrap())
+            .collect();
+        assert!(actions.contains(&"draft.delete") && actions.contains(&"pack.delete"));
+    }
+}
+
+impl Server {
+    /// `POST /v1/packs/import` of `body` as the platform team's pack `name`, as the admin.
+    fn import(&self, name: &str, query: &str, body: &[u8]) -> (u16, Value) {
+        let path = format!("/v1/packs/import?name={name}&team=platform{query}");
+        self.call("POST", &path, &self.admin, Some(body))
+    }
+}
+
+/// A refusal by the delivery budget, naming it (RFC-0002:C-PACK-BASE).
+fn assert_over_budget((status, v): (u16, Value), budget: u64) {
+    assert_eq!(status, 422, "{v}");
+    let want = format!("over the delivery budget of {budget} bytes");
+    assert!(v["error"].as_str().unwrap().contains(&want), "{v}");
+}
+
+/// A gzipped tar of `entries`, as an import takes it.
+fn gzipped(tar: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(tar).unwrap();
+    gz.finish().unwrap()
+}
+
+// RFC-0002:C-PACK-BASE — a pack registered from a draft version (draft publish) is that
+// version's stored tree under its digest and carries and returns the version's provenance;
+// a registered pack carries none; publishing is refused over the delivery budget in force,
+// naming both, recording nothing; only an editor of the draft's team may publish, and another
+// team cannot tell the draft exists.
+#[test]
+fn pack_base_pack_registered_from_a_draft_carries_its_provenance() {
+    for store in Store::all() {
+        let mut server = Server::start(&store, &[]);
+        let (base_pack, base) = registered(&server, "base", &[("a", "1"), ("b", &noise())]);
+        let (_, shown) = server.get(&format!("/v1/packs/{base_pack}"), &server.admin);
+        assert_eq!(shown["revisions"][0]["origin"], "registered");
+        assert_eq!(shown["revisions"][0]["provenance"], Value::Null);
+        let overlay = tar_of(&[file("a", "2"), file("c", "3")]);
+        let (s, saved) = server.save_draft("d", Some(&base), &overlay, &server.admin);
+        assert_eq!(s, 200, "{saved}");
+        let draft = saved["id"].as_str().unwrap().to_string();
+        let publish = format!("/v1/drafts/{draft}/publish");
+        let viewer = server.team_with_user("blue", "bo", "viewer");
+        let (s, _) = server.call("POST", &publish, &viewer, None);
+        assert_eq!(s, 404, "another team cannot tell the draft exists");
+        let (s, v) = server.call("POST", &publish, &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["digest"], saved["digest"]);
+        assert_eq!(v["name"], "d");
+        assert_eq!(v["origin"], "draft");
+        assert_eq!(v["source"], "draft:d version 1");
+        assert_eq!(v["provenance"], saved["provenance"]);
+        let (_, shown) = server.get(
+            &format!("/v1/packs/{}", v["id"].as_str().unwrap()),
+            &server.admin,
+        );
+        let rev = &shown["revisions"][0];
+        assert_eq!(rev["provenance"], saved["provenance"], "{shown}");
+        assert_eq!(rev["origin"], "draft");
+        assert!(server.tree(saved["digest"].as_str().unwrap()).is_dir());
+        // A named version into a named pack; a version that does not exist is not found.
+        let (s, v) = server.post_json(
+            &publish,
+            &server.admin,
+            serde_json::json!({"version": 1, "name": "shipped"}),
+        );
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["name"], "shipped");
+        let (s, _) = server.post_json(&publish, &server.admin, serde_json::json!({"version": 9}));
+        assert_eq!(s, 404);
+        // The budget in force at publish: lowered since the save, the publish is refused.
+        server.restart_with(&store, &["--delivery-budget", "2048"]);
+        let late = serde_json::json!({"name": "late"});
+        assert_over_budget(server.post_json(&publish, &server.admin, late), 2048);
+        let (_, packs) = server.get("/v1/packs", &server.admin);
+        assert!(
+            !packs["packs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "late"),
+            "{packs}"
+        );
+    }
+}
+
+// RFC-0002:C-PACK-BASE — import: another controller's delivery archive becomes a pack with the
+// same digest, recorded as imported and naming no base; every registration rule applies (a
+// link refused, ignored paths reported, the budget in force, a path prefix refused), a digest
+// the archive does not hold is refused, and a malformed gzip or one that unpacks past the
+// upload limit is refused; nothing refused is stored.
+#[test]
+fn pack_base_import_takes_another_controllers_archive() {
+    let source = Server::start(&Store::Sqlite, &[]);
+    let (id, digest) = registered(&source, "p", &[("crucible.toml", "[pack]\n"), ("x/y", "z")]);
+    let (s, archive) = source.archive(&id, "", &source.admin);
+    assert_eq!(s, 200);
+    for store in Store::all() {
+        let server = Server::start(&store, &["--max-upload", "1048576"]);
+        let import = |query: &str, body: &[u8]| server.import("p", query, body);
+        let wrong = format!("tree1:{}", "0".repeat(64));
+        let (s, v) = import(&format!("&digest={wrong}"), &archive);
+        assert_eq!(s, 422, "{v}");
+        assert!(v["error"].as_str().unwrap().contains(&digest), "{v}");
+        let link = gzipped(&raw_tar(&[(b"l", tar::EntryType::Symlink, b"", 0o777)]));
+        let (s, v) = import("", &link);
+        assert_eq!(s, 422, "{v}");
+        assert!(
+            v["error"].as_str().unwrap().contains("regular files only"),
+            "{v}"
+        );
+        let clash = gzipped(&tar_of(&[file("a", "1"), file("a/b", "2")]));
+        assert_eq!(import("", &clash).0, 422);
+        let (s, v) = import("", b"\x1f\x8b not really gzip");
+        assert_eq!(s, 400, "{v}");
+        // 4 MiB of zeros gzips to a few KiB and would unpack past the 1 MiB limit.
+        let bomb = gzipped(&tar_of(&[file("big", &"\0".repeat(4 << 20))]));
+        assert!(bomb.len() < 64 << 10);
+        let (s, v) = import("", &bomb);
+        assert_eq!(s, 413, "{v}");
+        server.assert_store_clean(0);
+        let (s, v) = import(&format!("&digest={digest}"), &archive);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["digest"], digest.as_str());
+        assert_eq!(v["origin"], "imported");
+        let (_, shown) = server.get(
+            &format!("/v1/packs/{}", v["id"].as_str().unwrap()),
+            &server.admin,
+        );
+        assert_eq!(shown["revisions"][0]["origin"], "imported");
+        assert_eq!(shown["revisions"][0]["provenance"], Value::Null);
+        // Excluded segments are ignored and reported, as at registration.
+        let with_git = gzipped(&tar_of(&[file("a", "1"), file(".git/HEAD", "x")]));
+        let (s, v) = server.import("q", "", &with_git);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["ignored"], serde_json::json!([".git/"]));
+        // An imported pack is a base like any registered one.
+        let (s, v) = server.save_draft("d", Some(&digest), &tar_of(&[]), &server.admin);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["digest"], digest.as_str());
+    }
+    let budget = Server::start(&Store::Sqlite, &["--delivery-budget", "2048"]);
+    let noisy = gzipped(&tar_of(&[file("n", &noise())]));
+    assert_over_budget(budget.import("p", "", &noisy), 2048);
+    budget.assert_store_clean(0);
 }

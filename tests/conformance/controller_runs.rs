@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 
 /// A command playbook: `a`, then `b` (which sleeps `b_secs`), then `c`.
 fn chain(b_secs: u32) -> String {
+    chain_after(0, b_secs)
+}
+
+/// The same, with `a` sleeping `a_secs` first.
+fn chain_after(a_secs: u32, b_secs: u32) -> String {
     format!(
         "[workflow]\ntype = \"playbook\"\n\
-         [[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"echo a-says-hello; echo '{{}}'\"\n\
+         [[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"sleep {a_secs}; echo a-says-hello; echo '{{}}'\"\n\
          [[workflow.task]]\nname = \"b\"\nkind = \"command\"\nrun = \"sleep {b_secs}; echo '{{}}'\"\ndepends_on = [\"a\"]\n\
          [[workflow.task]]\nname = \"c\"\nkind = \"command\"\nrun = \"echo '{{}}'\"\ndepends_on = [\"b\"]\n"
     )
@@ -196,7 +201,8 @@ fn launch_runs_to_a_valid_verdict_with_the_log_streamed_over_sse() {
 fn a_live_run_streams_its_events_and_stops() {
     for store in Store::all() {
         let server = Server::start(&store, &[]);
-        let digest = push(&server, "slow", &chain(30));
+        // `a` takes a second, so the stream below is listening before `b` starts.
+        let digest = push(&server, "slow", &chain_after(1, 30));
         let (s, v) = launch(
             &server,
             &server.admin,
@@ -238,7 +244,11 @@ fn a_live_run_streams_its_events_and_stops() {
             .iter()
             .filter(|l| l.starts_with("data: {\"task\""))
             .collect();
-        assert!(started.len() >= 2, "{}: {lines:?}", server.store);
+        assert!(
+            started.iter().any(|l| l.contains("\"b\"")),
+            "{}: {lines:?}",
+            server.store
+        );
         assert!(lines.iter().any(|l| l == "event: shutdown"), "{lines:?}");
         assert_eq!(lines.iter().filter(|l| *l == "event: end").count(), 1);
         // A stopped run cannot be stopped again: it says why.
@@ -510,6 +520,8 @@ fn the_openapi_document_lists_every_route() {
         "/v1/runs/{id}/events",
         "/v1/drafts",
         "/v1/packs/{id}/archive",
+        "/v1/packs/import",
+        "/v1/drafts/{id}/publish",
     ] {
         assert!(paths.contains_key(want), "{want}");
     }
@@ -528,6 +540,7 @@ fn the_openapi_document_lists_every_route() {
             let mut r = match method.as_str() {
                 "get" => agent.get(&url).header("Authorization", &auth).call(),
                 "post" => agent.post(&url).header("Authorization", &auth).send_empty(),
+                "delete" => agent.delete(&url).header("Authorization", &auth).call(),
                 other => panic!("{other} {path}"),
             }
             .unwrap();
@@ -543,5 +556,36 @@ fn the_openapi_document_lists_every_route() {
                 "{method} {path} is not routed"
             );
         }
+    }
+}
+
+// RFC-0002:C-PACK-BASE — a launch records the digest it ran, and that keeps the stored tree:
+// deleting the only pack that held it leaves the tree (and a draft of it deleted too), and the
+// run still reads as it ran.
+#[test]
+fn pack_base_a_launch_keeps_its_tree_after_the_pack_is_deleted() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let digest = push(&server, "chain", &chain(0));
+        let (s, v) = launch(
+            &server,
+            &server.admin,
+            json!({"pack": digest, "max_cost": 1, "max_time": "1m"}),
+        );
+        assert_eq!(s, 200, "{v}");
+        let run = v["id"].as_str().unwrap().to_string();
+        wait_run(&server, &run, ended);
+        let (_, packs) = server.get("/v1/packs", &server.admin);
+        let pack = packs["packs"][0]["id"].as_str().unwrap().to_string();
+        let (s, v) = server.call("DELETE", &format!("/v1/packs/{pack}"), &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+        assert!(
+            server.tree(&digest).is_dir(),
+            "{}: the run records it",
+            server.store
+        );
+        let (_, shown) = server.get(&format!("/v1/runs/{run}"), &server.admin);
+        assert_eq!(shown["digest"], digest.as_str());
+        assert_eq!(shown["verdict"], "valid", "{shown}");
     }
 }

@@ -3,7 +3,7 @@
 //! controller answers, by construction.
 
 use crate::{audit, drafts, identity, launches, packs, runs, App};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 
@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 pub enum Method {
     Get,
     Post,
+    Delete,
 }
 
 impl Method {
@@ -19,6 +20,7 @@ impl Method {
         match self {
             Method::Get => "get",
             Method::Post => "post",
+            Method::Delete => "delete",
         }
     }
 }
@@ -31,6 +33,8 @@ pub enum Body {
     Json,
     /// An uncompressed tar of a pack's files.
     Tar,
+    /// A gzipped tar: a delivery archive.
+    Gzip,
 }
 
 /// What a success answers, by media type.
@@ -115,7 +119,7 @@ const TEAM: (&str, &str) = (
 
 /// Every endpoint, in the order the document lists them.
 pub fn endpoints() -> Vec<Endpoint> {
-    use Method::{Get, Post};
+    use Method::{Delete, Get, Post};
     vec![
         op(Get, "/v1/health", "Whether the controller answers", || {
             get(|| async { Json(json!({ "ok": true })) })
@@ -150,12 +154,30 @@ pub fn endpoints() -> Vec<Endpoint> {
         })
         .query(&[("name", "the pack's name in its team"), TEAM])
         .body(Body::Tar),
+        op(
+            Post,
+            "/v1/packs/import",
+            "Import a pack from a delivery archive (gzipped tar) another controller served",
+            || post(packs::import),
+        )
+        .query(&[
+            ("name", "the pack's name in its team"),
+            TEAM,
+            ("digest", "the digest the archive must hold; refused when it differs"),
+        ])
+        .body(Body::Gzip),
         op(Get, "/v1/packs", "The packs of the caller's teams", || {
             get(packs::list)
         }),
         op(Get, "/v1/packs/{id}", "One pack and every revision", || {
             get(packs::show)
         }),
+        op(
+            Delete,
+            "/v1/packs/{id}",
+            "Delete a pack and its revisions (editors); trees nothing else records are collected",
+            || delete(packs::delete),
+        ),
         op(
             Get,
             "/v1/packs/{id}/archive",
@@ -179,6 +201,19 @@ pub fn endpoints() -> Vec<Endpoint> {
         op(Get, "/v1/drafts/{id}", "One draft and every version with its provenance", || {
             get(drafts::show)
         }),
+        op(
+            Post,
+            "/v1/drafts/{id}/publish",
+            "Register a draft version (the latest by default) as a pack revision, with its provenance: `{\"version\", \"name\"}`",
+            || post(drafts::publish),
+        )
+        .body(Body::Json),
+        op(
+            Delete,
+            "/v1/drafts/{id}",
+            "Delete a draft and its versions (editors); trees nothing else records are collected",
+            || delete(drafts::delete),
+        ),
         op(
             Post,
             "/v1/launches",
@@ -273,6 +308,12 @@ pub fn document() -> Value {
                 operation["requestBody"] = json!({
                     "required": true,
                     "content": { "application/x-tar": {} }
+                })
+            }
+            Body::Gzip => {
+                operation["requestBody"] = json!({
+                    "required": true,
+                    "content": { "application/gzip": {} }
                 })
             }
         }

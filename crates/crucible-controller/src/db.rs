@@ -14,7 +14,35 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "drafts", include_str!("../migrations/0002_drafts.sql")),
     (3, "runs", include_str!("../migrations/0003_runs.sql")),
+    (
+        5,
+        "pack_origins",
+        include_str!("../migrations/0005_pack_origins.sql"),
+    ),
 ];
+
+/// Every column that records a pack tree's digest (RFC-0002:C-PACK-BASE): a stored tree is
+/// kept while any of these holds its digest and collected after (`collect`). A pack records
+/// its current and every prior revision in `pack_revisions`; a draft each version in
+/// `draft_versions`; a launch the digest its run was delivered in `runs`. Provenance digests
+/// (a version's base and overlay) keep no tree and are not listed. A new table that records a
+/// digest (standing launches) is added here, and nowhere else.
+pub const TREE_HOLDERS: &[(&str, &str)] = &[
+    ("pack_revisions", "digest"),
+    ("draft_versions", "digest"),
+    ("runs", "digest"),
+];
+
+/// Every digest some row of `TREE_HOLDERS` records.
+pub async fn recorded_digests(db: &AnyPool) -> sqlx::Result<std::collections::HashSet<String>> {
+    let sql = TREE_HOLDERS
+        .iter()
+        .map(|(table, column)| format!("SELECT {column} AS digest FROM {table}"))
+        .collect::<Vec<_>>()
+        .join(" UNION ");
+    let digests: Vec<String> = sqlx::query_scalar(&sql).fetch_all(db).await?;
+    Ok(digests.into_iter().collect())
+}
 
 /// The rows of a team-owned table (`packs`, `drafts`) in the teams `subject` belongs to, by
 /// team and name: `id`, `team`, `name` and the table's column `extra`. Both names are ours,

@@ -7,8 +7,8 @@
 use crate::audit;
 use crate::db::{new_id, now_ms};
 use crate::error::{ApiError, ApiResult};
-use crate::identity::{check_name, Caller};
-use crate::packs::{editable_team, raced, receive};
+use crate::identity::{check_name, Caller, Role};
+use crate::packs::{editable_team, raced, receive, record_revision, Origin, Revision, Upload};
 use crate::trees::{tree_dir, OverlayPath};
 use crate::App;
 use axum::body::Body;
@@ -62,6 +62,8 @@ pub async fn save(
 ) -> ApiResult<Json<Value>> {
     let (team, team_id) = editable_team(&caller, q.team, "saving a draft")?;
     check_name(&q.name)?;
+    // The base's tree and the stored version's are held from here until recorded.
+    let _trees = app.trees_in_use().await;
     // Availability first: no other check that depends on the base may answer before it.
     let base_dir = match &q.base {
         None => None,
@@ -72,7 +74,11 @@ pub async fn save(
             Some(tree_dir(&app.trees_dir(), base).ok_or_else(|| unavailable(base))?)
         }
     };
-    let ingested = receive(&app, &headers, body, base_dir).await?;
+    let upload = Upload {
+        base: base_dir,
+        ..Upload::default()
+    };
+    let ingested = receive(&app, &headers, body, upload).await?;
     let overlay_paths = match &ingested.overlay {
         Some(o) => Some(serde_json::to_string(&o.paths).map_err(anyhow::Error::from)?),
         None => None,
@@ -145,11 +151,45 @@ pub async fn save(
     Ok(Json(answer))
 }
 
-/// A version saved on a base: what it was made of.
-struct Provenance {
+/// A version saved on a base: what it was made of. A pack revision published from that
+/// version carries the same (RFC-0002:C-PACK-BASE).
+pub(crate) struct Provenance {
     base: String,
     overlay_digest: String,
     overlay_paths: Vec<OverlayPath>,
+}
+
+impl Provenance {
+    /// From a row's `base_digest`, `overlay_digest` and `overlay_paths` columns: none when the
+    /// row names no base.
+    pub(crate) fn from_row(r: &sqlx::any::AnyRow) -> ApiResult<Option<Provenance>> {
+        let Some(base) = r.try_get::<Option<String>, _>("base_digest")? else {
+            return Ok(None);
+        };
+        let paths: Option<String> = r.try_get("overlay_paths")?;
+        Ok(Some(Provenance {
+            base,
+            overlay_digest: r
+                .try_get::<Option<String>, _>("overlay_digest")?
+                .unwrap_or_default(),
+            overlay_paths: serde_json::from_str(&paths.unwrap_or_default())
+                .map_err(anyhow::Error::from)?,
+        }))
+    }
+
+    /// The columns it is stored in: base digest, overlay digest, overlay paths as JSON.
+    fn columns(&self) -> ApiResult<(String, String, String)> {
+        let paths = serde_json::to_string(&self.overlay_paths).map_err(anyhow::Error::from)?;
+        Ok((self.base.clone(), self.overlay_digest.clone(), paths))
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "base_digest": self.base,
+            "overlay_digest": self.overlay_digest,
+            "overlay_paths": self.overlay_paths,
+        })
+    }
 }
 
 /// A version as the API returns it: its digest and, on a base, the provenance and the
@@ -186,11 +226,7 @@ async fn version_json(
     Ok(json!({
         "version": version,
         "digest": digest,
-        "provenance": {
-            "base_digest": p.base,
-            "overlay_digest": p.overlay_digest,
-            "overlay_paths": p.overlay_paths,
-        },
+        "provenance": p.to_json(),
         "base_moved_on": moved_on,
     }))
 }
@@ -217,18 +253,7 @@ pub async fn show(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let not_found = || ApiError::NotFound(format!("draft `{}`", id.escape_debug()));
-    let row = sqlx::query(
-        "SELECT d.team_id, s.name AS team, d.name FROM drafts d \
-         JOIN subjects s ON s.id = d.team_id WHERE d.id = $1",
-    )
-    .bind(&id)
-    .fetch_optional(&app.db)
-    .await?
-    .ok_or_else(not_found)?;
-    caller
-        .role_in(&row.try_get::<String, _>("team_id")?)
-        .ok_or_else(not_found)?;
+    let (team, name) = readable(&app, &caller, &id).await?;
     let rows = sqlx::query(
         "SELECT version, digest, base_digest, overlay_digest, overlay_paths FROM draft_versions \
          WHERE draft_id = $1 ORDER BY version",
@@ -238,29 +263,118 @@ pub async fn show(
     .await?;
     let mut versions = Vec::with_capacity(rows.len());
     for r in rows {
-        let base: Option<String> = r.try_get("base_digest")?;
-        let provenance = match base {
-            Some(base) => {
-                let paths: Option<String> = r.try_get("overlay_paths")?;
-                Some(Provenance {
-                    base,
-                    overlay_digest: r
-                        .try_get::<Option<String>, _>("overlay_digest")?
-                        .unwrap_or_default(),
-                    overlay_paths: serde_json::from_str(&paths.unwrap_or_default())
-                        .map_err(anyhow::Error::from)?,
-                })
-            }
-            None => None,
-        };
+        let provenance = Provenance::from_row(&r)?;
         let digest: String = r.try_get("digest")?;
         versions
             .push(version_json(&app, &caller, r.try_get("version")?, &digest, provenance).await?);
     }
     Ok(Json(json!({
         "id": id,
-        "team": row.try_get::<String, _>("team")?,
-        "name": row.try_get::<String, _>("name")?,
+        "team": team,
+        "name": name,
         "versions": versions,
     })))
+}
+
+/// The draft's team and name, when the caller may read it; otherwise not found, alike for a
+/// missing draft and one of another team.
+pub(crate) async fn readable(app: &App, caller: &Caller, id: &str) -> ApiResult<(String, String)> {
+    let not_found = || ApiError::NotFound(format!("draft `{}`", id.escape_debug()));
+    let row = sqlx::query(
+        "SELECT d.team_id, s.name AS team, d.name FROM drafts d \
+         JOIN subjects s ON s.id = d.team_id WHERE d.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&app.db)
+    .await?
+    .ok_or_else(not_found)?;
+    caller
+        .role_in(&row.try_get::<String, _>("team_id")?)
+        .ok_or_else(not_found)?;
+    Ok((row.try_get("team")?, row.try_get("name")?))
+}
+
+/// `DELETE /v1/drafts/{id}` (editors): the draft and every version. Their stored trees are
+/// collected at once unless something else (a pack revision, another draft, a run) records
+/// them.
+pub async fn delete(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (team, name) = readable(&app, &caller, &id).await?;
+    let answer = crate::collect::delete(
+        &app,
+        &caller,
+        crate::collect::Owned::Draft,
+        &id,
+        (&team, &name),
+    )
+    .await?;
+    Ok(Json(answer))
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Publish {
+    /// The version to publish; the latest when left out.
+    version: Option<i64>,
+    /// The pack's name in the draft's team; the draft's name when left out.
+    name: Option<String>,
+}
+
+/// `POST /v1/drafts/{id}/publish` `{"version"?, "name"?}` (editors): registers a draft version
+/// (the latest by default) as a revision of the team's pack `name` (the draft's name by
+/// default). The revision is the version's stored tree under its digest, refused over the
+/// delivery budget in force now, and carries the version's provenance when it was saved on a
+/// base (RFC-0002:C-PACK-BASE).
+pub async fn publish(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let p: Publish = if body.is_empty() {
+        Publish::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("the publish is not well-formed: {e}")))?
+    };
+    let (team, draft) = readable(&app, &caller, &id).await?;
+    let team_id = caller.team_for(&team, Role::Editor, "publishing a draft")?;
+    let name = p.name.unwrap_or_else(|| draft.clone());
+    check_name(&name)?;
+    let _trees = app.trees_in_use().await;
+    let row = sqlx::query(
+        "SELECT version, digest, base_digest, overlay_digest, overlay_paths, delivered_bytes, \
+         ignored FROM draft_versions WHERE draft_id = $1 AND ($2 < 0 OR version = $2) \
+         ORDER BY version DESC LIMIT 1",
+    )
+    .bind(&id)
+    .bind(p.version.unwrap_or(-1))
+    .fetch_optional(&app.db)
+    .await?
+    .ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "version {} of draft `{draft}`",
+            p.version.unwrap_or_default()
+        ))
+    })?;
+    let version: i64 = row.try_get("version")?;
+    let delivered_bytes = row.try_get::<i64, _>("delivered_bytes")? as u64;
+    crate::trees::within_budget(delivered_bytes, app.config.delivery_budget_bytes)?;
+    let provenance = Provenance::from_row(&row)?;
+    let revision = Revision {
+        digest: row.try_get("digest")?,
+        delivered_bytes,
+        ignored: serde_json::from_str(&row.try_get::<String, _>("ignored")?)
+            .map_err(anyhow::Error::from)?,
+        origin: Origin::Draft,
+        source: Some(format!("draft:{draft} version {version}")),
+        provenance: provenance.as_ref().map(Provenance::columns).transpose()?,
+    };
+    let mut answer = record_revision(&app, &caller, (&team, &team_id), &name, &revision).await?;
+    answer["source"] = json!(revision.source);
+    answer["provenance"] = provenance.map_or(Value::Null, |p| p.to_json());
+    Ok(Json(answer))
 }

@@ -220,13 +220,7 @@ pub(crate) fn deliver(trees: &Path, digest: &str, dest: &Path, budget: u64) -> A
         .filter(|d| d.is_dir())
         .ok_or_else(|| anyhow::anyhow!("the stored tree of {digest} is missing"))?;
     let archive = write_delivery(&stored, Vec::new())?;
-    let size = archive.len() as u64;
-    if size > budget {
-        return Err(ApiError::Refused(format!(
-            "the pack's delivered archive is {size} bytes, over the delivery budget of {budget} \
-             bytes"
-        )));
-    }
+    crate::trees::within_budget(archive.len() as u64, budget)?;
     let unpack = || -> std::io::Result<()> {
         let mut a = tar::Archive::new(flate2::read::GzDecoder::new(&archive[..]));
         for entry in a.entries()? {
@@ -305,6 +299,8 @@ pub async fn launch(
     req.max_secs()?;
     let id = new_id();
     let run_dir = app.runs_dir().join(&id);
+    // The tree delivered stays stored until the run records its digest.
+    let trees = app.trees_in_use().await;
     let accepted = accept(&app, &team_id, &req, &run_dir).await;
     let recorded = match accepted {
         Ok(a) => record(
@@ -326,6 +322,7 @@ pub async fn launch(
             return Err(e);
         }
     };
+    drop(trees);
     let answer = json!({
         "id": id,
         "team": team,

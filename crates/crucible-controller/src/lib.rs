@@ -1,7 +1,8 @@
 //! The controller (issue 12): `crucible serve`, a team's packs behind an HTTP/JSON API, stored
 //! in SQLite (default) or PostgreSQL, pack trees content-addressed under the state directory.
 //! The CLI only parses and prints; everything the server does is here, one module per concern:
-//! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `trees` (the
+//! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `collect` (removing stored trees
+//! nothing records), `trees` (the
 //! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `packs` (registration and
 //! reading), `drafts` (versions on a base, with provenance), `launches` (a launch checked and
 //! delivered), `executor` (runs on the embedded engine, resumed after a restart) and `runs`
@@ -11,6 +12,7 @@
 pub mod api;
 pub use api::router;
 pub mod audit;
+pub mod collect;
 pub mod db;
 pub mod drafts;
 pub mod error;
@@ -74,6 +76,8 @@ pub struct App {
     pub config: Arc<Config>,
     /// The runs this controller is executing now.
     pub executor: Arc<executor::Executor>,
+    /// Held shared by every use of a stored tree, exclusively by collection (`collect`).
+    pub trees: collect::TreesLock,
 }
 
 impl App {
@@ -143,15 +147,20 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
         .unwrap_or_else(|| db::default_url(state));
     let pool = db::open(&url).await?;
     let bootstrapped = identity::bootstrap(&pool, &admin_token_file(state)).await?;
-    let listener = tokio::net::TcpListener::bind(config.addr)
-        .await
-        .with_context(|| format!("binding {}", config.addr))?;
-    ready(listener.local_addr()?, db::describe(&url), bootstrapped);
     let app = App {
         db: pool,
         config: Arc::new(config),
         executor: Arc::default(),
+        trees: Arc::default(),
     };
+    // RFC-0002:C-PACK-BASE: trees nothing records any more (or never did: a recording that
+    // failed) are removed before the controller answers anyone, then every hour.
+    collect::collect(&app).await?;
+    collect::every_period(app.clone());
+    let listener = tokio::net::TcpListener::bind(app.config.addr)
+        .await
+        .with_context(|| format!("binding {}", app.config.addr))?;
+    ready(listener.local_addr()?, db::describe(&url), bootstrapped);
     // RFC-0002:C-PLAYBOOK-RESUME: the runs a controller that stopped was executing go on.
     executor::resume_all(&app).await?;
     axum::serve(listener, router(app))

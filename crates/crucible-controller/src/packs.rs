@@ -40,13 +40,107 @@ pub async fn push(
 ) -> ApiResult<Json<Value>> {
     let (team, team_id) = editable_team(&caller, q.team, "registering a pack")?;
     check_name(&q.name)?;
-    let ingested = receive(&app, &headers, body, None).await?;
+    let _trees = app.trees_in_use().await;
+    let ingested = receive(&app, &headers, body, Upload::default()).await?;
+    let revision = Revision::of(&ingested, Origin::Registered);
+    let answer = record_revision(&app, &caller, (&team, &team_id), &q.name, &revision).await?;
+    Ok(Json(answer))
+}
 
+#[derive(Deserialize)]
+pub struct ImportQuery {
+    name: String,
+    team: Option<String>,
+    /// The digest the archive is expected to hold: refused, storing nothing, when it differs.
+    digest: Option<String>,
+}
+
+/// `POST /v1/packs/import?name=N[&team=T][&digest=D]`, body a gzipped tar: the delivery
+/// archive another controller serves (`GET /v1/packs/{id}/archive`) or an export of one.
+/// Checked by every rule a registration is, against the budget in force, and recorded as an
+/// imported revision, which never names a base (RFC-0002:C-PACK-BASE).
+pub async fn import(
+    State(app): State<App>,
+    caller: Caller,
+    Query(q): Query<ImportQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let (team, team_id) = editable_team(&caller, q.team, "importing a pack")?;
+    check_name(&q.name)?;
+    let _trees = app.trees_in_use().await;
+    let upload = Upload {
+        gzip: true,
+        expect: q.digest,
+        ..Upload::default()
+    };
+    let ingested = receive(&app, &headers, body, upload).await?;
+    let revision = Revision::of(&ingested, Origin::Imported);
+    let answer = record_revision(&app, &caller, (&team, &team_id), &q.name, &revision).await?;
+    Ok(Json(answer))
+}
+
+/// How a pack revision came to be (`pack_revisions.origin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Uploaded as a tree (`POST /v1/packs`, `crucible remote pack push`).
+    Registered,
+    /// Another controller's delivery archive (`POST /v1/packs/import`).
+    Imported,
+    /// Published from a draft version (`POST /v1/drafts/{id}/publish`).
+    Draft,
+}
+
+impl Origin {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Origin::Registered => "registered",
+            Origin::Imported => "imported",
+            Origin::Draft => "draft",
+        }
+    }
+}
+
+/// A revision to record: its tree and, for one published from a draft version saved on a
+/// base, that version's provenance (`base_digest`, `overlay_digest`, `overlay_paths` JSON).
+pub(crate) struct Revision {
+    pub digest: String,
+    pub delivered_bytes: u64,
+    pub ignored: Vec<String>,
+    pub origin: Origin,
+    /// For a published draft: `draft:NAME version N`.
+    pub source: Option<String>,
+    pub provenance: Option<(String, String, String)>,
+}
+
+impl Revision {
+    fn of(ingested: &Ingested, origin: Origin) -> Revision {
+        Revision {
+            digest: ingested.digest.clone(),
+            delivered_bytes: ingested.delivered_bytes,
+            ignored: ingested.ignored.clone(),
+            origin,
+            source: None,
+            provenance: None,
+        }
+    }
+}
+
+/// Records `rev` as the team's pack `name`: a new pack, or a new current revision when the
+/// tree differs from the current one (`changed: false` when it does not), with its audit row,
+/// in one transaction. The caller holds the tree store (`App::trees_in_use`).
+pub(crate) async fn record_revision(
+    app: &App,
+    caller: &Caller,
+    (team, team_id): (&str, &str),
+    name: &str,
+    rev: &Revision,
+) -> ApiResult<Value> {
     let mut tx = app.db.begin().await?;
     let existing =
         sqlx::query("SELECT id, current_digest FROM packs WHERE team_id = $1 AND name = $2")
-            .bind(&team_id)
-            .bind(&q.name)
+            .bind(team_id)
+            .bind(name)
             .fetch_optional(&mut *tx)
             .await?;
     let (pack_id, seq, changed) = match existing {
@@ -57,9 +151,9 @@ pub async fn push(
                  VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(&id)
-            .bind(&team_id)
-            .bind(&q.name)
-            .bind(&ingested.digest)
+            .bind(team_id)
+            .bind(name)
+            .bind(&rev.digest)
             .bind(now_ms())
             .execute(&mut *tx)
             .await
@@ -74,11 +168,11 @@ pub async fn push(
                     .bind(&id)
                     .fetch_one(&mut *tx)
                     .await?;
-            if current == ingested.digest {
+            if current == rev.digest {
                 (id, last, false)
             } else {
                 sqlx::query("UPDATE packs SET current_digest = $1 WHERE id = $2")
-                    .bind(&ingested.digest)
+                    .bind(&rev.digest)
                     .bind(&id)
                     .execute(&mut *tx)
                     .await?;
@@ -87,41 +181,69 @@ pub async fn push(
         }
     };
     if changed {
+        let (base, overlay, paths) = match &rev.provenance {
+            Some((b, o, p)) => (Some(b.clone()), Some(o.clone()), Some(p.clone())),
+            None => (None, None, None),
+        };
         sqlx::query(
-            "INSERT INTO pack_revisions \
-             (pack_id, seq, digest, delivered_bytes, ignored, subject_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO pack_revisions (pack_id, seq, digest, delivered_bytes, ignored, \
+             subject_id, created_at, origin, source, base_digest, overlay_digest, overlay_paths) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(&pack_id)
         .bind(seq)
-        .bind(&ingested.digest)
-        .bind(ingested.delivered_bytes as i64)
-        .bind(serde_json::to_string(&ingested.ignored).map_err(anyhow::Error::from)?)
+        .bind(&rev.digest)
+        .bind(rev.delivered_bytes as i64)
+        .bind(serde_json::to_string(&rev.ignored).map_err(anyhow::Error::from)?)
         .bind(&caller.id)
         .bind(now_ms())
+        .bind(rev.origin.as_str())
+        .bind(rev.source.clone())
+        .bind(base)
+        .bind(overlay)
+        .bind(paths)
         .execute(&mut *tx)
         .await
         .map_err(raced)?;
+        let action = match rev.origin {
+            Origin::Registered => "pack.register",
+            Origin::Imported => "pack.import",
+            Origin::Draft => "pack.publish",
+        };
+        let detail = match &rev.source {
+            Some(src) => format!("{} (from {src})", rev.digest),
+            None => rev.digest.clone(),
+        };
         audit::record(
             &mut tx,
             &caller.id,
-            "pack.register",
-            &format!("pack:{team}/{}", q.name),
-            &ingested.digest,
+            action,
+            &format!("pack:{team}/{name}"),
+            &detail,
         )
         .await?;
     }
     tx.commit().await.map_err(raced)?;
-    Ok(Json(json!({
+    Ok(json!({
         "id": pack_id,
         "team": team,
-        "name": q.name,
-        "digest": ingested.digest,
+        "name": name,
+        "digest": rev.digest,
         "revision": seq,
         "changed": changed,
-        "ignored": ingested.ignored,
-        "delivered_bytes": ingested.delivered_bytes,
-    })))
+        "origin": rev.origin.as_str(),
+        "ignored": rev.ignored,
+        "delivered_bytes": rev.delivered_bytes,
+    }))
+}
+
+/// How an upload is read: a tar, or (an import) a gzipped one, checked against the digest it
+/// is expected to hold; over a stored base tree (a draft's overlay) or whole.
+#[derive(Default)]
+pub(crate) struct Upload {
+    pub base: Option<PathBuf>,
+    pub gzip: bool,
+    pub expect: Option<String>,
 }
 
 /// Streams an upload to a spool file under the size limit (refused as soon as it is declared
@@ -130,7 +252,7 @@ pub(crate) async fn receive(
     app: &App,
     headers: &HeaderMap,
     mut body: Body,
-    base: Option<PathBuf>,
+    upload: Upload,
 ) -> ApiResult<Ingested> {
     let limit = app.config.max_upload_bytes;
     let declared = headers
@@ -161,7 +283,22 @@ pub(crate) async fn receive(
         app.config.delivery_budget_bytes,
     );
     tokio::task::spawn_blocking(move || {
-        ingest_tar(&trees, &staging, spool.path(), budget, base.as_deref())
+        let spooled = spool.path();
+        let unzipped;
+        let tar = if upload.gzip {
+            unzipped = crate::trees::gunzip_bounded(spooled, &staging, limit)?;
+            unzipped.path()
+        } else {
+            spooled
+        };
+        ingest_tar(
+            &trees,
+            &staging,
+            tar,
+            budget,
+            upload.base.as_deref(),
+            upload.expect.as_deref(),
+        )
     })
     .await
     .map_err(anyhow::Error::from)?
@@ -250,8 +387,8 @@ pub async fn show(
 ) -> ApiResult<Json<Value>> {
     let (team, name, digest) = readable(&app, &caller, &id).await?;
     let rows = sqlx::query(
-        "SELECT seq, digest, delivered_bytes, ignored, created_at FROM pack_revisions \
-         WHERE pack_id = $1 ORDER BY seq",
+        "SELECT seq, digest, delivered_bytes, ignored, created_at, origin, source, base_digest, \
+         overlay_digest, overlay_paths FROM pack_revisions WHERE pack_id = $1 ORDER BY seq",
     )
     .bind(&id)
     .fetch_all(&app.db)
@@ -266,11 +403,34 @@ pub async fn show(
             "delivered_bytes": r.try_get::<i64, _>("delivered_bytes")?,
             "ignored": ignored,
             "at_ms": r.try_get::<i64, _>("created_at")?,
+            "origin": r.try_get::<String, _>("origin")?,
+            "source": r.try_get::<Option<String>, _>("source")?,
+            "provenance": crate::drafts::Provenance::from_row(&r)?.map(|p| p.to_json()),
         }));
     }
     Ok(Json(json!({
         "id": id, "team": team, "name": name, "digest": digest, "revisions": revisions,
     })))
+}
+
+/// `DELETE /v1/packs/{id}` (editors): the pack and every revision. Its stored trees are
+/// collected at once unless something else (a draft version, another pack, a run) records
+/// them; runs of it keep their recorded digest and their delivered tree.
+pub async fn delete(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (team, name, _) = readable(&app, &caller, &id).await?;
+    let answer = crate::collect::delete(
+        &app,
+        &caller,
+        crate::collect::Owned::Pack,
+        &id,
+        (&team, &name),
+    )
+    .await?;
+    Ok(Json(answer))
 }
 
 #[derive(Deserialize)]
@@ -288,6 +448,7 @@ pub async fn archive(
     Query(q): Query<ArchiveQuery>,
 ) -> ApiResult<impl IntoResponse> {
     let (_, _, current) = readable(&app, &caller, &id).await?;
+    let _trees = app.trees_in_use().await;
     let digest = q.digest.unwrap_or(current);
     let held: Option<i64> =
         sqlx::query_scalar("SELECT seq FROM pack_revisions WHERE pack_id = $1 AND digest = $2")

@@ -98,12 +98,25 @@ impl Write for Count {
     }
 }
 
+/// RFC-0002:C-PACK-BASE: a tree whose delivered archive is over the budget in force is refused
+/// (at save, registration, import, draft publish and dispatch), naming the budget and the size.
+pub fn within_budget(delivered_bytes: u64, budget: u64) -> ApiResult<()> {
+    if delivered_bytes > budget {
+        return Err(ApiError::Refused(format!(
+            "the pack's delivered archive is {delivered_bytes} bytes, over the delivery budget of \
+             {budget} bytes"
+        )));
+    }
+    Ok(())
+}
+
 fn refused(path: &str, why: &str) -> ApiError {
     ApiError::Refused(format!("{}: {why}", path.escape_debug()))
 }
 
 /// Unpacks the tar at `upload` into the store under `trees`, refusing it whole on the first
-/// rule it breaks, or when its delivery archive exceeds `budget` bytes. With a `base` (a stored
+/// rule it breaks, when its delivery archive exceeds `budget` bytes, or when its digest is not
+/// `expect` (when given). With a `base` (a stored
 /// tree) the upload is an overlay: the stored tree is the base's files with the overlay's
 /// placed over them by path, whole files replaced, nothing merged or removed.
 pub fn ingest_tar(
@@ -112,6 +125,7 @@ pub fn ingest_tar(
     upload: &Path,
     budget: u64,
     base: Option<&Path>,
+    expect: Option<&str>,
 ) -> ApiResult<Ingested> {
     let staging = tempfile::tempdir_in(staging_parent).map_err(anyhow::Error::from)?;
     let unpacked = unpack(upload, staging.path())?;
@@ -124,13 +138,14 @@ pub fn ingest_tar(
         return Err(ApiError::Refused("the archive holds no pack files".into()));
     }
     let digest = tree1_of(staging.path(), &listing).map_err(|e| anyhow::anyhow!("digest: {e}"))?;
-    let delivered_bytes = write_delivery(staging.path(), Count::default())?.0;
-    if delivered_bytes > budget {
+    if let Some(want) = expect.filter(|want| *want != digest) {
         return Err(ApiError::Refused(format!(
-            "the pack's delivered archive is {delivered_bytes} bytes, over the delivery budget of \
-             {budget} bytes"
+            "the archive's files digest to {digest}, not `{}`",
+            want.escape_debug()
         )));
     }
+    let delivered_bytes = write_delivery(staging.path(), Count::default())?.0;
+    within_budget(delivered_bytes, budget)?;
     let dest = tree_dir(trees, &digest).expect("tree1_of makes a well-formed digest");
     if !dest.exists() {
         let kept = staging.keep();
@@ -148,6 +163,28 @@ pub fn ingest_tar(
         delivered_bytes,
         overlay,
     })
+}
+
+/// Decompresses the gzipped upload at `src` into a spool file beside the store, refusing it
+/// (413) as soon as the tar it holds passes `limit` bytes: a small archive cannot unpack into
+/// an unbounded one.
+pub fn gunzip_bounded(
+    src: &Path,
+    spool_dir: &Path,
+    limit: u64,
+) -> ApiResult<tempfile::NamedTempFile> {
+    use std::io::Read;
+    let input = std::fs::File::open(src).map_err(anyhow::Error::from)?;
+    let mut out = tempfile::NamedTempFile::new_in(spool_dir).map_err(anyhow::Error::from)?;
+    let mut gz = flate2::read::GzDecoder::new(input).take(limit + 1);
+    let n = std::io::copy(&mut gz, out.as_file_mut())
+        .map_err(|e| ApiError::BadRequest(format!("malformed gzip: {e}")))?;
+    if n > limit {
+        return Err(ApiError::TooLarge(format!(
+            "the archive unpacks to over the limit of {limit} bytes"
+        )));
+    }
+    Ok(out)
 }
 
 /// Copies every base file the overlay does not hold into `dest` (which holds the overlay),

@@ -510,6 +510,43 @@ pub fn params_schema(path: &Path) -> Result<serde_json::Value, Diagnostics> {
     Ok(params::to_schema(block.as_ref()))
 }
 
+/// Checks parameter values given as JSON (an ask's, RFC-0002:C-ASKS) against the params block
+/// of the source `file` under `pack_root`, read without evaluating it: every value names a
+/// declared parameter and satisfies its type and constraint, and every required parameter
+/// without a default has one. Returns each value as the `name=value` text `--param` takes,
+/// which binds to the same value; or why the values do not satisfy the schema.
+pub fn check_supplied(
+    pack_root: &Path,
+    file: &str,
+    values: &BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<String>, String> {
+    let pack = PackDir::open(pack_root).map_err(|e| e.to_string())?;
+    let (ast, text) = parse_source(&pack, file, &Limits::default()).map_err(|d| d.to_string())?;
+    let block = params::read_block(&ast, file, &text)
+        .map_err(|d| Diagnostics(d).to_string())?
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(values.len());
+    for (name, v) in values {
+        let Some(d) = block.decls.iter().find(|d| &d.name == name) else {
+            return Err(format!("`{name}` is not a declared parameter"));
+        };
+        params::check_value(d, v).map_err(|why| format!("parameter `{name}`: {why}"))?;
+        let raw = match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push(format!("{name}={raw}"));
+    }
+    if let Some(d) = block
+        .decls
+        .iter()
+        .find(|d| d.required && d.default.is_none() && !values.contains_key(&d.name))
+    {
+        return Err(format!("required parameter `{}` has no value", d.name));
+    }
+    Ok(out)
+}
+
 /// Compiles a workflow source into a validated plan, with parameters bound and launch
 /// settings applied.
 pub fn compile(req: &CompileRequest) -> Result<Compiled, Diagnostics> {
