@@ -93,7 +93,7 @@ fn cases() -> Vec<Case> {
             reason: "task `r` uses the report destination `email`, which this engine does not run yet",
         },
         Case {
-            name: "human route with the human capability",
+            name: "human route with the human capability and no one to ask",
             pack: || {
                 star(
                     &format!("{MARK_STAR}g = route(name = \"g\", depends_on = [mark], human = True, needs = \"human\", questions = {{\"ok\": noul()}})\nworkflow([mark, g])\n"),
@@ -101,7 +101,7 @@ fn cases() -> Vec<Case> {
                 )
             },
             flags: &["--cap", "human"],
-            reason: "route `g` is decided by a person, which this engine does not run yet",
+            reason: "route `g` is decided by a person, and this run has no one to ask: no controller (CRUCIBLE_DECISIONS_URL) and no terminal",
         },
         Case {
             name: "model route with `decision` and no binding",

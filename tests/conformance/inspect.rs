@@ -146,7 +146,8 @@ fn plan_show_prints_the_truncation_verdict() {
         .stdout(predicate::str::contains(
             "refused: the plan has agent tasks but no agent backend",
         ));
-    // With `human` the route would dispatch to a person, which this engine does not do.
+    // With `human` the route would dispatch to a person, and there is no one to ask: no
+    // controller and no terminal (RFC-0002:C-HUMAN-DECISION).
     crucible()
         .args([
             "plan",
@@ -161,7 +162,7 @@ fn plan_show_prints_the_truncation_verdict() {
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
-            "refused: route `gate` is decided by a person, which this engine does not run yet",
+            "refused: route `gate` is decided by a person, and this run has no one to ask",
         ));
     crucible()
         .args(["plan", "show", "--mermaid", "--file"])

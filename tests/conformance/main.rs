@@ -23,6 +23,7 @@ mod example_branching;
 mod examples;
 mod fanout;
 mod history;
+mod human;
 mod init;
 mod inspect;
 mod io;

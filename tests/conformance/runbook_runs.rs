@@ -322,7 +322,12 @@ fn an_invalid_runbook_is_a_compile_error_naming_its_file_and_rule() {
 
 /// `command` (a shell command line) run in `dir` on a pseudo-terminal (`script`) with `env`,
 /// `typed` typed ahead at it (the terminal keeps it until the gate reads it).
-fn on_a_terminal(command: &str, dir: &std::path::Path, env: &[(&str, &str)], typed: &str) -> Ran {
+pub(crate) fn on_a_terminal(
+    command: &str,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    typed: &str,
+) -> Ran {
     let mut child = Command::new("script")
         .args(["-qec", command, "/dev/null"])
         .current_dir(dir)

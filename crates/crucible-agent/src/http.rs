@@ -1,5 +1,6 @@
-//! One JSON POST to a remote service, under a deadline for the whole exchange: the decision
-//! model's System One call and the engine's report delivery. A status is an answer, not an
+//! One JSON request to a remote service, under a deadline for the whole exchange: the decision
+//! model's System One call, the engine's report delivery and its polls of a controller's
+//! decision requests. A status is an answer, not an
 //! error: each caller decides what a 429 or a 5xx means to it.
 
 use std::time::Duration;
@@ -22,17 +23,54 @@ pub fn post_json(
     body: &Value,
     timeout: Duration,
 ) -> Result<Answer, String> {
+    send_json("POST", url, bearer, Some(body), timeout)
+}
+
+/// `method` (`GET`, `POST` or `DELETE`) on `url`, with `body` as JSON where given, as
+/// [`post_json`] does it: the engine's polls of a controller's decision requests.
+pub fn send_json(
+    method: &str,
+    url: &str,
+    bearer: Option<&str>,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> Result<Answer, String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .build()
         .into();
-    let mut request = agent.post(url).header("Content-Type", "application/json");
-    if let Some(key) = bearer {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    let payload = serde_json::to_vec(body).expect("JSON always serializes");
-    let mut response = request.send(&payload[..]).map_err(|e| e.to_string())?;
+    let auth = bearer.map(|key| format!("Bearer {key}"));
+    let sent = match (method, body) {
+        ("POST", Some(body)) => {
+            let mut request = agent.post(url).header("Content-Type", "application/json");
+            if let Some(a) = &auth {
+                request = request.header("Authorization", a);
+            }
+            let payload = serde_json::to_vec(body).expect("JSON always serializes");
+            request.send(&payload[..])
+        }
+        ("GET", None) => {
+            let mut request = agent.get(url);
+            if let Some(a) = &auth {
+                request = request.header("Authorization", a);
+            }
+            request.call()
+        }
+        ("DELETE", None) => {
+            let mut request = agent.delete(url);
+            if let Some(a) = &auth {
+                request = request.header("Authorization", a);
+            }
+            request.call()
+        }
+        _ => {
+            return Err(format!(
+                "{method} with this body is not a request this client sends"
+            ))
+        }
+    };
+    let mut response = sent.map_err(|e| e.to_string())?;
     let status = response.status().as_u16();
     let body = response
         .body_mut()

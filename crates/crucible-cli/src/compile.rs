@@ -323,6 +323,25 @@ fn print_deadlines(plan: &Plan) -> Vec<String> {
         ),
         Err(e) => problems.push(e.to_string()),
     }
+    // RFC-0002:C-HUMAN-DECISION, C-DECISION-EVIDENCE: the bounds, and who would answer.
+    match crate::decide::bounds() {
+        Ok(b) => println!(
+            "  human decisions: evidence at most {} bytes ({}), notes at most {} bytes ({}); answered by {}",
+            b.evidence_bytes,
+            crucible_engine::decision::MAX_EVIDENCE_BYTES_ENV,
+            b.note_bytes,
+            crucible_engine::decision::MAX_NOTE_BYTES_ENV,
+            match crate::decide::decider() {
+                Ok(Some(d)) => escape(&d.describe()).into_owned(),
+                Ok(None) => "no one: no controller and no terminal".into(),
+                Err(e) => {
+                    problems.push(e.to_string());
+                    "no one".into()
+                }
+            }
+        ),
+        Err(e) => problems.push(e.to_string()),
+    }
     // RFC-0002:C-REPORTS: the operator's report bounds, and whether a destination is set.
     match crate::run::report_config() {
         Ok(r) => println!(
@@ -397,6 +416,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     // A malformed binding is check's and run's to report; here it only adds no capability.
     let inference = crate::run::inference_bindings().unwrap_or_default();
     let caps = crucible_engine::substrate_caps(&a.caps, &inference);
+    let decider = crate::decide::describe();
     let sub = Substrate {
         caps: &caps,
         inference: &inference,
@@ -406,6 +426,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         state_dir: None,
         no_sandbox: false,
         can_ask: crate::gate::Terminal::here().is_some(),
+        decider: decider.as_deref(),
     };
     for n in manifest.not_applied() {
         println!("not applied: {}", escape(&n));
@@ -539,6 +560,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             "  given: {}",
             list(caps.iter().map(String::as_str).collect())
         );
+        let decider = crate::decide::describe();
         let sub = Substrate {
             caps: &caps,
             inference: &inference,
@@ -548,6 +570,7 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             state_dir: Some(&state_dir),
             no_sandbox: false,
             can_ask: crate::gate::Terminal::here().is_some(),
+            decider: decider.as_deref(),
         };
         match admission(plan, &m, sub) {
             Err(reasons) => {

@@ -8,6 +8,7 @@
 mod args;
 mod bounded;
 mod compile;
+mod decide;
 mod gate;
 mod init;
 mod inspect;

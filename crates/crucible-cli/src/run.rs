@@ -141,6 +141,8 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         gatekeeper: crate::gate::Terminal::here().map(|t| {
             std::sync::Arc::new(t) as std::sync::Arc<dyn crucible_engine::runbook::Gatekeeper>
         }),
+        decider: crate::decide::decider()?,
+        decision_bounds: crate::decide::bounds()?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -164,6 +164,9 @@ pub(crate) async fn prepare(
         // A runbook gate waits for a person; the controller's human decisions (issue 14) are
         // not built, so a launch with one is refused by admission.
         gatekeeper: None,
+        // Issue 14: the controller's decision endpoint is a later slice.
+        decider: None,
+        decision_bounds: Default::default(),
     };
     match crucible_engine::check_launch(&req) {
         Ok(()) => Ok(req),

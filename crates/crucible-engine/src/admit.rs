@@ -36,6 +36,8 @@ pub struct Substrate<'a> {
     pub no_sandbox: bool,
     /// A person can be asked at a runbook's gate: the engine has a terminal (issue 15).
     pub can_ask: bool,
+    /// Who answers human-decided routes, where someone does (RFC-0002:C-HUMAN-DECISION).
+    pub decider: Option<&'a str>,
 }
 
 /// The capabilities a run has: the launch's own, and `decision` where the inference bindings
@@ -304,7 +306,7 @@ fn task_runs(t: &crucible_plan::Task, sub: Substrate) -> Result<(), String> {
             }
             Ok(())
         }
-        TaskKind::Route => route_runs(t, sub.caps, sub.inference.decision.as_ref()),
+        TaskKind::Route => route_runs(t, sub),
         TaskKind::Report => match t.report.as_ref().map(|r| r.destination.as_str()) {
             Some("slack") => Ok(()),
             Some(other) => unsupported(&format!("the report destination `{other}`")),
@@ -359,6 +361,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
             crucible_plan::duration::format(crucible_plan::duration::MAX_SECS)
         ));
     }
+    let decider = req.decider.as_ref().map(|d| d.describe());
     let sub = Substrate {
         caps: &req.caps,
         inference: &req.inference,
@@ -368,6 +371,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         state_dir: Some(&req.state_dir),
         no_sandbox: req.no_sandbox,
         can_ask: req.gatekeeper.is_some(),
+        decider: decider.as_deref(),
     };
     let a = admission(plan, &req.manifest, sub)
         .map_err(|refused| RunError::refused(refused.join("\n  ")))?;
@@ -388,23 +392,27 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
 /// model of the run's decision binding. A route whose `needs` the run lacks (a model-decided
 /// route without `decision`, a human-decided one without `human`) is settled by the capability
 /// verdict; with it, the decider must be one this engine can ask.
-fn route_runs(
-    t: &crucible_plan::Task,
-    caps: &[String],
-    decision: Option<&crucible_agent::inference::Binding>,
-) -> Result<(), String> {
+fn route_runs(t: &crucible_plan::Task, sub: Substrate) -> Result<(), String> {
+    let (caps, decision) = (sub.caps, sub.inference.decision.as_ref());
     let n = &t.name;
     let Some(spec) = &t.route else {
         return Err(format!("route `{n}` has no questions"));
     };
     let need_met = t.needs == "any" || caps.contains(&t.needs);
     if spec.human {
-        // RFC-0002:C-HUMAN-DECISION: without `human` the route truncates (or is skipped).
-        return match need_met {
-            true => Err(format!(
-                "route `{n}` is decided by a person, which this engine does not run yet"
+        // RFC-0002:C-HUMAN-DECISION: without `human` the route truncates (or is skipped); with
+        // it, someone must be there to answer: a controller, or the terminal.
+        if t.over.is_some() && need_met {
+            return Err(format!(
+                "route `{n}` is decided by a person once per item, which this engine does not run yet: one request per run and route"
+            ));
+        }
+        return match (need_met, sub.decider) {
+            (true, None) => Err(format!(
+                "route `{n}` is decided by a person, and this run has no one to ask: no controller ({}) and no terminal",
+                crate::decision::controller::URL_ENV
             )),
-            false => Ok(()),
+            _ => Ok(()),
         };
     }
     // The compiler makes such a route need `decision`; whenever that need is met, the route
@@ -462,6 +470,8 @@ mod tests {
             max_asks: 10,
             no_sandbox: false,
             gatekeeper: None,
+            decider: None,
+            decision_bounds: Default::default(),
             agent_cmd: None,
             harness: None,
             model: None,
@@ -508,7 +518,7 @@ mod tests {
 
     // RFC-0002:C-PLAYBOOK-CAPS: a model route without `decision` is left to the capability
     // verdict; with it, it needs a decision binding this engine can ask. A human route without
-    // `human` is left to the verdict too; with it, it is refused as not built.
+    // `human` is left to the verdict too; with it, it needs someone to answer.
     #[test]
     fn routes_admitted_by_decider() {
         let (_d, req) = request(vec![cmd("a", &[]), route("r", None, Some(0.5))]);
@@ -532,7 +542,7 @@ mod tests {
         let (_d, mut req) = request(vec![cmd("a", &[]), human]);
         assert_eq!(admit(&req).unwrap().truncating, vec![1]);
         req.caps = vec!["human".into()];
-        assert!(refusal(&req).contains("decided by a person"));
+        assert!(refusal(&req).contains("this run has no one to ask"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod branch;
 use crate::admit::Admitted;
 use crate::asks::AsksBudget;
 use crate::files::{StagedSet, StagingPlan};
-use crate::graph::{route, Entry};
+use crate::graph::{route, when, Entry};
 use crate::history::History;
 use crate::log::{self, Seq, Writer};
 use crate::proc::Abort;
@@ -29,8 +29,8 @@ use crate::taskio::Graded;
 use crate::{git, state, Launch, Observer, RunError, RunRequest, RunSummary};
 use crucible_agent::harness::{self, Harness, HarnessKind};
 use crucible_plan::wire::{
-    AdmittedTask, Ask, AsksEmitted, Blocked, Event, PlanAdmitted, Repair, Resumed, SessionTurns,
-    Shutdown, Start, TaskResult, GATE_TASK,
+    AdmittedTask, Ask, AsksEmitted, Blocked, DecisionOpened, Event, PlanAdmitted, Repair, Resumed,
+    SessionTurns, Shutdown, Start, TaskResult, GATE_TASK,
 };
 use crucible_plan::{
     canonical, duration, BlockedReason, Ceiling, Outcome, Stage, Status, Task, TaskKind, Verdict,
@@ -239,6 +239,8 @@ struct Ctx {
     reports: ReportConfig,
     /// The run's bound on emitted asks and what it has emitted.
     asks: Arc<AsksBudget>,
+    /// Who answers human-decided routes (admission requires one when such a route can run).
+    decider: Option<Arc<dyn crate::decision::Decider>>,
 }
 
 /// One task's life: `Waiting` (a dependency is unsettled) → `Ready` → `Running` → `Settled`,
@@ -316,6 +318,12 @@ struct Coord<'o> {
     prior_elapsed: Duration,
     /// Spend of rows a rerun reused: reported apart, never against the ceilings.
     reused_spent: f64,
+    /// Decision requests an interrupted run opened, by route (RFC-0002:C-HUMAN-DECISION): a
+    /// resumed run reopens each with the same evidence and expiry.
+    opened: HashMap<String, DecisionOpened>,
+    /// Each human-decided route's request, built as it dispatches, with each pick's values.
+    humans: HashMap<usize, (crate::decision::Request, BTreeMap<String, Vec<String>>)>,
+    decision_bounds: crate::decision::Bounds,
 }
 
 fn refused<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_ {
@@ -367,106 +375,107 @@ pub async fn execute(
             parent = Some(rerun::load(&req.plan, &adm, &state_dir, p, select)?);
         }
     }
-    let (run_id, run_dir, file, folded, folded_asks) = if let Some(r) = resumed.take() {
-        let resume::Reopened {
-            run_id,
-            run_dir,
-            log,
-            mut file,
-            elapsed,
-        } = *r;
-        // Elapsed time, downtime included, counts against the wall-clock ceiling. Kept apart
-        // from `started`: a monotonic clock cannot reach back past a reboot.
-        prior_elapsed = elapsed;
-        let own = resume::own_spend(&req.plan, &log.rows);
-        let line = Event::Resumed(Resumed {
-            run: run_id.clone(),
-            folded: log.rows.len() as u32,
-            spent: own,
-            elapsed_secs: elapsed.as_secs_f64(),
-        });
-        log::append_now(&mut file, &line).map_err(state_err("session log"))?;
-        (run_id, run_dir, file, log.rows, log.asks)
-    } else {
-        let run_dir =
-            state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
-        let memory = run_dir.join("memory");
-        let base = {
-            let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
-            tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
-                .await
-                .expect("workspace setup does not panic")
-        };
-        let base = match base {
-            Ok(b) => b,
-            Err(e) => {
-                // Nothing was dispatched: the refused run leaves no trace in the state directory.
-                let _ = std::fs::remove_dir_all(&run_dir);
-                return Err(RunError::refused(format!("workspace setup: {e}")));
-            }
-        };
-        let base = match &parent {
-            Some(p) => match replay_parent(&req, p, &ws).await {
+    let (run_id, run_dir, file, folded, folded_asks, folded_opened) =
+        if let Some(r) = resumed.take() {
+            let resume::Reopened {
+                run_id,
+                run_dir,
+                log,
+                mut file,
+                elapsed,
+            } = *r;
+            // Elapsed time, downtime included, counts against the wall-clock ceiling. Kept apart
+            // from `started`: a monotonic clock cannot reach back past a reboot.
+            prior_elapsed = elapsed;
+            let own = resume::own_spend(&req.plan, &log.rows);
+            let line = Event::Resumed(Resumed {
+                run: run_id.clone(),
+                folded: log.rows.len() as u32,
+                spent: own,
+                elapsed_secs: elapsed.as_secs_f64(),
+            });
+            log::append_now(&mut file, &line).map_err(state_err("session log"))?;
+            (run_id, run_dir, file, log.rows, log.asks, log.opened)
+        } else {
+            let run_dir =
+                state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
+            let memory = run_dir.join("memory");
+            let base = {
+                let (m, ws, memory) = (req.manifest.clone(), ws.clone(), memory.clone());
+                tokio::task::spawn_blocking(move || git::setup(&m, &ws, &memory))
+                    .await
+                    .expect("workspace setup does not panic")
+            };
+            let base = match base {
                 Ok(b) => b,
                 Err(e) => {
+                    // Nothing was dispatched: the refused run leaves no trace in the state directory.
                     let _ = std::fs::remove_dir_all(&run_dir);
-                    return Err(e);
+                    return Err(RunError::refused(format!("workspace setup: {e}")));
                 }
-            },
-            None => base,
+            };
+            let base = match &parent {
+                Some(p) => match replay_parent(&req, p, &ws).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&run_dir);
+                        return Err(e);
+                    }
+                },
+                None => base,
+            };
+            if let Err(e) = taskfiles::check_workspace(&req.plan.tasks, &ws) {
+                let _ = std::fs::remove_dir_all(&run_dir);
+                return Err(RunError::refused(e));
+            }
+            let plan_digest = canonical::plan_digest(&req.plan);
+            let started_at = log::now_ts();
+            let run_json = state::RunJson {
+                run: run_id.clone(),
+                pack: req.pack_digest.clone(),
+                plan: plan_digest.clone(),
+                variant: req.manifest.variant.clone(),
+                params: req.plan.params.clone(),
+                max_cost: adm.max_cost,
+                max_secs: adm.max_secs as f64,
+                base_commit: base.to_string(),
+                parent: parent.as_ref().map(|p| p.id.clone()),
+                series: None,
+                started_at,
+            };
+            state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
+            state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
+            std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
+            req.history.save(&run_dir).map_err(state_err("history"))?;
+            let mut file =
+                log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
+            let start = Event::Start(Start {
+                run: run_id.clone(),
+                gate: GATE_TASK.to_string(),
+                pack: req.pack_digest.clone(),
+                plan: plan_digest,
+                variant: req.manifest.variant.clone(),
+                params: req.plan.params.clone(),
+                max_cost: adm.max_cost,
+                max_secs: adm.max_secs as f64,
+                parent: parent.as_ref().map(|p| p.id.clone()),
+                series: None,
+            });
+            log::append_now(&mut file, &start).map_err(state_err("session log"))?;
+            let digests = canonical::task_digests(&req.plan);
+            let admitted = Event::PlanAdmitted(PlanAdmitted {
+                plan_version: req.plan.version,
+                history_record: req.plan.history_record.clone().unwrap_or_default(),
+                tasks: req
+                    .plan
+                    .tasks
+                    .iter()
+                    .map(|t| AdmittedTask::from_task(t, digests.get(&t.name).map_or("", |d| d)))
+                    .collect(),
+            });
+            log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
+            (run_id, run_dir, file, Vec::new(), 0, Vec::new())
         };
-        if let Err(e) = taskfiles::check_workspace(&req.plan.tasks, &ws) {
-            let _ = std::fs::remove_dir_all(&run_dir);
-            return Err(RunError::refused(e));
-        }
-        let plan_digest = canonical::plan_digest(&req.plan);
-        let started_at = log::now_ts();
-        let run_json = state::RunJson {
-            run: run_id.clone(),
-            pack: req.pack_digest.clone(),
-            plan: plan_digest.clone(),
-            variant: req.manifest.variant.clone(),
-            params: req.plan.params.clone(),
-            max_cost: adm.max_cost,
-            max_secs: adm.max_secs as f64,
-            base_commit: base.to_string(),
-            parent: parent.as_ref().map(|p| p.id.clone()),
-            series: None,
-            started_at,
-        };
-        state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
-        state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
-        std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
-        req.history.save(&run_dir).map_err(state_err("history"))?;
-        let mut file =
-            log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
-        let start = Event::Start(Start {
-            run: run_id.clone(),
-            gate: GATE_TASK.to_string(),
-            pack: req.pack_digest.clone(),
-            plan: plan_digest,
-            variant: req.manifest.variant.clone(),
-            params: req.plan.params.clone(),
-            max_cost: adm.max_cost,
-            max_secs: adm.max_secs as f64,
-            parent: parent.as_ref().map(|p| p.id.clone()),
-            series: None,
-        });
-        log::append_now(&mut file, &start).map_err(state_err("session log"))?;
-        let digests = canonical::task_digests(&req.plan);
-        let admitted = Event::PlanAdmitted(PlanAdmitted {
-            plan_version: req.plan.version,
-            history_record: req.plan.history_record.clone().unwrap_or_default(),
-            tasks: req
-                .plan
-                .tasks
-                .iter()
-                .map(|t| AdmittedTask::from_task(t, digests.get(&t.name).map_or("", |d| d)))
-                .collect(),
-        });
-        log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
-        (run_id, run_dir, file, Vec::new(), 0)
-    };
     leftovers.keep();
     engine_lock
         .claim(&run_id)
@@ -540,6 +549,7 @@ pub async fn execute(
         decision_price: prices.of(req.inference.decision.as_ref().map_or("", |b| &b.model)),
         reports: req.reports.clone(),
         asks: Arc::new(AsksBudget::new(req.max_asks, folded_asks)),
+        decider: req.decider.clone(),
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
@@ -585,6 +595,12 @@ pub async fn execute(
         br,
         prior_elapsed,
         reused_spent: 0.0,
+        opened: folded_opened
+            .into_iter()
+            .map(|o| (o.task.clone(), o))
+            .collect(),
+        humans: HashMap::new(),
+        decision_bounds: req.decision_bounds,
     };
     c.fold_log(folded);
     if let Some(p) = parent {
@@ -847,6 +863,16 @@ impl Coord<'_> {
             .map(|&d| self.task(d).name.as_str())
             .collect();
         taskfiles::mark_staged(&mut inputs, &task, &deps, &staging);
+        if task.route.as_ref().is_some_and(|r| r.human) {
+            // RFC-0002:C-DECISION-EVIDENCE: evidence the route cannot have fails it before any
+            // request opens.
+            if let Err(note) = self.open_decision(i, &task, &staging) {
+                let mut r = row(&task, Status::Fail, Some(note));
+                r.attempts = 1;
+                self.settle(i, r);
+                return;
+            }
+        }
         self.state[i] = TaskState::Running;
         let options = self.take_route_options(i);
         self.spawn_attempt(i, task, inputs, staging.sets, None, options);
@@ -930,10 +956,16 @@ impl Coord<'_> {
             }
             _ => crate::files::dir_name(&task.name, None),
         };
+        let human = match sub {
+            None => self.humans.remove(&i),
+            Some(_) => None,
+        };
         tokio::spawn(async move {
             let (tx, masker) = (ctx.tx.clone(), ctx.masker.clone());
             let run = tokio::spawn(async move {
-                if task.kind == TaskKind::Route {
+                if let Some((req, offered)) = human {
+                    attempt::decide_by_person(&ctx, &task, req, offered, abort).await
+                } else if task.kind == TaskKind::Route {
                     attempt::decide_by_model(&ctx, &task, inputs, &sets, &options, abort).await
                 } else if task.kind == TaskKind::Report {
                     attempt::deliver_report(&ctx, &task, inputs).await
@@ -956,6 +988,98 @@ impl Coord<'_> {
                 Some(sub) => Msg::SubDone(i, sub, report),
             });
         });
+    }
+
+    /// A human-decided route's request (RFC-0002:C-HUMAN-DECISION, C-DECISION-EVIDENCE): each
+    /// pick's values, the evidence as the route's join and staging give it, its digest, and its
+    /// expiry, logged as it opens. A resumed run reopens a request it logged with the evidence
+    /// and expiry it opened with, so neither a restart nor a resume extends it.
+    fn open_decision(
+        &mut self,
+        i: usize,
+        task: &Task,
+        staging: &StagingPlan,
+    ) -> Result<(), String> {
+        use crate::decision;
+        let spec = task.route.as_ref().expect("a route task has a route");
+        let entries = self.dep_entries_of(i);
+        let mut offered = BTreeMap::new();
+        for (id, q) in &spec.questions {
+            if q.kind == crucible_plan::QuestionKind::Pick {
+                let values =
+                    route::pick_values(&task.name, id, q, &entries).map_err(|e| e.note())?;
+                offered.insert(id.clone(), values);
+            }
+        }
+        let dir = self.ctx.run_dir.join("decisions");
+        let file = dir.join(format!("{}.json", crate::files::dir_name(&task.name, None)));
+        let folded = self.opened.get(&task.name).cloned();
+        let stored = folded.as_ref().and_then(|o| {
+            let ev: Value = serde_json::from_slice(&std::fs::read(&file).ok()?).ok()?;
+            let digest = canonical::sha256(canonical::to_string(&ev).as_bytes());
+            (digest == o.digest).then_some((ev, digest))
+        });
+        let (evidence, digest) = match stored {
+            Some(held) => held,
+            None => {
+                let inputs = entries
+                    .into_iter()
+                    .filter(|(_, e)| when::input_value(task.join, e).is_some())
+                    .collect();
+                let gated = (self.tasks.iter())
+                    .filter(|t| t.when.as_ref().is_some_and(|w| w.route == task.name))
+                    .collect();
+                let parts = decision::Parts {
+                    inputs,
+                    sets: &staging.sets,
+                    spent_usd: self.spent_now(),
+                    elapsed_secs: (self.started.elapsed() + self.prior_elapsed).as_secs_f64(),
+                    max_cost: self.adm.max_cost,
+                    max_secs: self.adm.max_secs,
+                    gated,
+                    picks: &offered,
+                    review: spec.review.as_deref(),
+                };
+                let (ev, digest) = decision::evidence(&parts, self.decision_bounds.evidence_bytes)?;
+                let text = canonical::to_string(&ev);
+                std::fs::create_dir_all(&dir)
+                    .and_then(|()| std::fs::write(&file, text))
+                    .map_err(|e| format!("cannot keep the evidence: {e}"))?;
+                (ev, digest)
+            }
+        };
+        let (opened_at, expires_at) = match folded.filter(|o| o.digest == digest) {
+            Some(o) => (o.opened_at, o.expires_at),
+            None => {
+                let now = std::time::SystemTime::now();
+                // With no timeout declared, the ceiling is the timeout.
+                let timeout = task.timeout_secs.unwrap_or(self.adm.max_secs);
+                let expires = now + Duration::from_secs(timeout);
+                let (opened_at, expires_at) = (decision::rfc3339(now), decision::rfc3339(expires));
+                self.writer.push(&Event::DecisionOpened(DecisionOpened {
+                    task: task.name.clone(),
+                    digest: digest.clone(),
+                    opened_at: opened_at.clone(),
+                    expires_at: expires_at.clone(),
+                    via: (self.ctx.decider.as_ref())
+                        .map_or("", |d| d.via())
+                        .to_string(),
+                }));
+                (opened_at, expires_at)
+            }
+        };
+        let req = decision::Request {
+            run: self.ctx.run_id.clone(),
+            route: task.name.clone(),
+            questions: decision::questions(task, &offered),
+            evidence,
+            digest,
+            opened_at,
+            expires_at,
+            max_note_bytes: self.decision_bounds.note_bytes,
+        };
+        self.humans.insert(i, (req, offered));
+        Ok(())
     }
 
     /// The inputs JSON a task receives (RFC-0002:C-SETTLED-JOIN, C-PLAYBOOK-PARAMS).

@@ -8,6 +8,7 @@
 mod admit;
 pub mod asks;
 mod coord;
+pub mod decision;
 pub mod files;
 mod git;
 pub mod graph;
@@ -76,6 +77,11 @@ pub struct RunRequest {
     pub groups: std::sync::Arc<ProcessGroups>,
     /// Who decides a runbook's gates (issue 15): the CLI's terminal, when it has one.
     pub gatekeeper: Option<std::sync::Arc<dyn runbook::Gatekeeper>>,
+    /// Who answers human-decided routes (RFC-0002:C-HUMAN-DECISION): a controller, or the
+    /// CLI's terminal; with none, a run with the `human` capability and a human route is refused.
+    pub decider: Option<std::sync::Arc<dyn decision::Decider>>,
+    /// The operator's bounds on evidence and notes.
+    pub decision_bounds: decision::Bounds,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

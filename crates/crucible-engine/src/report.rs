@@ -223,11 +223,32 @@ fn accent(severity_field: Option<&str>, result: &Value) -> &'static str {
 /// included, and reading anything the context does not hold (a field the selected task did not
 /// declare) is a rendering failure rather than an empty string.
 fn render(template: &str, context: &Value) -> Result<String, Undelivered> {
+    render_escaped(template, context, escape).map_err(Undelivered::Rendering)
+}
+
+/// Renders `template` over `context` with every inserted value (`safe` included) passed through
+/// `escape`, and reading anything the context does not hold an error: the report's renderer,
+/// and a human-decided route's review (RFC-0002:C-DECISION-EVIDENCE) with CommonMark escaping.
+pub(crate) fn render_escaped(
+    template: &str,
+    context: &Value,
+    escape: fn(&str) -> String,
+) -> Result<String, String> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_formatter(escaping_formatter);
+    env.set_formatter(
+        move |out: &mut Output<'_>, _: &State<'_, '_>, value: &minijinja::Value| {
+            let text = if value.is_none() {
+                "null".to_string()
+            } else {
+                value.to_string()
+            };
+            out.write_str(&escape(&text))
+                .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+        },
+    );
     env.render_str(template, template_value(context))
-        .map_err(|e| Undelivered::Rendering(e.to_string()))
+        .map_err(|e| e.to_string())
 }
 
 /// The context as template values, numbers kept as numbers. Built by hand rather than through
@@ -247,20 +268,6 @@ fn template_value(v: &Value) -> minijinja::Value {
         Value::Array(items) => T::from(items.iter().map(template_value).collect::<Vec<_>>()),
         Value::Object(m) => T::from_iter(m.iter().map(|(k, v)| (k.clone(), template_value(v)))),
     }
-}
-
-fn escaping_formatter(
-    out: &mut Output<'_>,
-    _state: &State<'_, '_>,
-    value: &minijinja::Value,
-) -> Result<(), Error> {
-    let text = if value.is_none() {
-        "null".to_string()
-    } else {
-        value.to_string()
-    };
-    out.write_str(&escape(&text))
-        .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
 }
 
 /// Slack's mrkdwn escaping: `&`, `<` and `>` are the control characters.

@@ -22,6 +22,8 @@ pub struct Log {
     pub rows: Vec<TaskResult>,
     /// How many asks the run emitted before (RFC-0002:C-ASKS counts them against its bound).
     pub asks: u32,
+    /// Decision requests the run opened (RFC-0002:C-HUMAN-DECISION), in the order they opened.
+    pub opened: Vec<crucible_plan::wire::DecisionOpened>,
     pub shutdown: Option<Shutdown>,
     /// A torn last line to cut before anything is appended: the byte length to keep.
     torn: Option<u64>,
@@ -69,6 +71,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
         admitted: None,
         rows: Vec::new(),
         asks: 0,
+        opened: Vec::new(),
         shutdown: None,
         torn,
         unterminated,
@@ -78,6 +81,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
             Event::PlanAdmitted(a) => log.admitted = Some(a),
             Event::TaskResult(r) => log.rows.push(r),
             Event::AsksEmitted(a) => log.asks += a.asks.len() as u32,
+            Event::DecisionOpened(o) => log.opened.push(o),
             Event::Shutdown(s) => log.shutdown = Some(s),
             _ => {}
         }

@@ -22,6 +22,7 @@ pub enum Event {
     PlanAdmitted(PlanAdmitted),
     TaskResult(TaskResult),
     AsksEmitted(AsksEmitted),
+    DecisionOpened(DecisionOpened),
     Resumed(Resumed),
     Shutdown(Shutdown),
 }
@@ -312,6 +313,22 @@ pub struct AsksEmitted {
     pub asks: Vec<Ask>,
 }
 
+/// A human-decided route's request opened (RFC-0002:C-HUMAN-DECISION): when, until when, and
+/// over which evidence. A resumed run reopens it with the same evidence and expiry, so neither a
+/// restart nor a resume extends it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionOpened {
+    pub task: String,
+    /// The evidence digest (`sha256:…`, over its canonical encoding).
+    pub digest: String,
+    /// RFC 3339.
+    pub opened_at: String,
+    /// RFC 3339.
+    pub expires_at: String,
+    /// Who answers: `terminal` or `controller`.
+    pub via: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resumed {
     pub run: String,
@@ -462,6 +479,7 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
         "plan_admitted",
         "task_result",
         "asks_emitted",
+        "decision_opened",
         "resumed",
         "shutdown",
     ];

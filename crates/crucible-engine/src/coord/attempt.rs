@@ -5,6 +5,7 @@
 
 use super::{Agents, Ctx, Report};
 use crate::asks;
+use crate::decision::{self, DecideError};
 use crate::files::StagedSet;
 use crate::graph::route;
 use crate::proc::{self, Abort, Deadline, Ended};
@@ -17,9 +18,10 @@ use crucible_agent::{PromptParts, TurnSettings};
 use crucible_plan::wire::{Repair, SessionAction, SessionTurns};
 use crucible_plan::{duration, Stage, Status, Task, TaskKind};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -521,6 +523,123 @@ pub(super) async fn decide_by_model(
         };
         break;
     }
+    report.secs = began.elapsed().as_secs_f64();
+    report
+}
+
+/// A route a person decides (RFC-0002:C-HUMAN-DECISION): opens `req` with the run's decider and
+/// waits for its answer, spending nothing. An answer is held to the request's rules
+/// ([`decision::check_answer`]) and becomes the route's output; a request still open at its
+/// expiry (counted from its first open) records every question `uncertain` and passes. The wait
+/// is bounded by the wall-clock ceiling and the operator's stop (which withdraws the request).
+/// A decider that cannot be reached is a transport failure, retried as one (with a growing
+/// pause), which neither answers nor expires the request.
+pub(super) async fn decide_by_person(
+    ctx: &Ctx,
+    task: &Task,
+    req: decision::Request,
+    offered: BTreeMap<String, Vec<String>>,
+    mut abort: watch::Receiver<Abort>,
+) -> Report {
+    let began = Instant::now();
+    let mut report = Report::empty();
+    report.attempts = 1;
+    let spec = task.route.as_ref().expect("a route task has a route");
+    let decider = ctx
+        .decider
+        .clone()
+        .expect("admission requires someone to answer a human route");
+    let req = Arc::new(req);
+    let mut expires = decision::parse_time(&req.expires_at).unwrap_or_else(SystemTime::now);
+    let (mut opened, mut failures) = (false, 0u32);
+    let decided = loop {
+        let (d, r) = (decider.clone(), req.clone());
+        let (first, pause) = (!opened, Duration::from_secs(u64::from(failures)));
+        let until = expires;
+        let call = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(pause);
+            match first {
+                true => d.open(&r),
+                false => d.poll(&r, until),
+            }
+        });
+        let got = tokio::select! {
+            got = call => got.expect("a decider does not panic"),
+            _ = tokio::time::sleep_until(ctx.run_deadline) => {
+                decider.close(&req, false);
+                report.graded = cut_short(ctx, task, Ended::WallClock, &mut report);
+                report.secs = began.elapsed().as_secs_f64();
+                return report;
+            }
+            why = proc::wait_abort(&mut abort) => {
+                decider.close(&req, true);
+                report.graded = cut_short(ctx, task, proc::aborted(why), &mut report);
+                report.secs = began.elapsed().as_secs_f64();
+                return report;
+            }
+        };
+        let polled = match got {
+            Ok(p) => p,
+            Err(DecideError::Refused(why)) => break Err(why),
+            Err(DecideError::Transport(cause)) => {
+                failures += 1;
+                if failures > crucible_plan::ceilings::TRANSPORT_RETRIES {
+                    decider.close(&req, false);
+                    report.transport = Some(cause.clone());
+                    report.graded = Graded {
+                        status: Status::Transport,
+                        note: Some(cause),
+                        output: None,
+                    };
+                    report.secs = began.elapsed().as_secs_f64();
+                    return report;
+                }
+                report.attempts += 1;
+                continue;
+            }
+        };
+        (opened, failures) = (true, 0);
+        // The request opened first holds: its digest and expiry, never a later one's.
+        let digest = polled.digest;
+        if let Some(at) = decision::parse_time(&polled.expires_at) {
+            expires = expires.min(at);
+        }
+        let expired = route::HumanDecision::Expired {
+            time: decision::rfc3339(SystemTime::now()),
+            digest: digest.clone(),
+        };
+        match polled.state {
+            decision::State::Answered(a) => {
+                break decision::check_answer(&req, &digest, &a)
+                    .map_err(|why| format!("human answer refused: {why}"))
+                    .map(|()| route::HumanDecision::Answered {
+                        principal: a.principal,
+                        time: a.time,
+                        digest: a.digest,
+                        note: a.note,
+                        answers: a.answers,
+                    })
+            }
+            decision::State::Expired => break Ok(expired),
+            decision::State::Withdrawn => {
+                break Err("the decision request was withdrawn".to_string())
+            }
+            // Still open once its expiry passed: it expired unanswered.
+            decision::State::Open if SystemTime::now() >= expires => break Ok(expired),
+            decision::State::Open => {}
+        }
+    };
+    decider.close(&req, false);
+    report.graded = match decided
+        .and_then(|d| route::human_output(&task.name, spec, &d, &offered).map_err(|e| e.note()))
+    {
+        Ok(output) => Graded {
+            status: Status::Pass,
+            note: None,
+            output: Some(output),
+        },
+        Err(note) => Graded::fail(note, None),
+    };
     report.secs = began.elapsed().as_secs_f64();
     report
 }

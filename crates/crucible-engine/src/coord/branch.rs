@@ -171,6 +171,11 @@ impl Coord<'_> {
         m
     }
 
+    /// The entries of task `i`'s dependencies by name, as consumers see them now.
+    pub(super) fn dep_entries_of(&self, i: usize) -> BTreeMap<String, Entry> {
+        self.dep_entries(i, &|d| self.entry_of(d))
+    }
+
     /// The entries of task `i`'s dependencies by name, from `entry`.
     fn dep_entries(
         &self,
@@ -211,6 +216,9 @@ impl Coord<'_> {
         }
         if task.over.is_some() {
             self.expand(i, &task, &entries);
+        } else if task.route.as_ref().is_some_and(|r| r.human) {
+            // A person answers: the request opens as it dispatches (`Coord::open_decision`).
+            self.make_ready(i);
         } else if task
             .route
             .as_ref()
