@@ -40,12 +40,12 @@ fn push(server: &Server, name: &str, manifest: &str) -> String {
     digest
 }
 
-fn launch(server: &Server, token: &str, body: Value) -> (u16, Value) {
+pub(crate) fn launch(server: &Server, token: &str, body: Value) -> (u16, Value) {
     server.post_json("/v1/launches", token, body)
 }
 
 /// Polls the run until `done` holds of it, for at most a minute.
-fn wait_run(server: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) fn wait_run(server: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         let (s, v) = server.get(&format!("/v1/runs/{id}"), &server.admin);
@@ -62,7 +62,7 @@ fn wait_run(server: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
-fn ended(v: &Value) -> bool {
+pub(crate) fn ended(v: &Value) -> bool {
     v["state"] != "running"
 }
 

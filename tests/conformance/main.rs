@@ -18,6 +18,7 @@ mod cli;
 mod compile_bombs;
 mod conformance_map;
 mod controller;
+mod controller_decisions;
 mod controller_runs;
 mod example_branching;
 mod examples;

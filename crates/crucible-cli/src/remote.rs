@@ -27,6 +27,7 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             inference: crate::run::inference_bindings()?,
             reports: crate::run::report_config()?,
             max_asks: crate::run::asks_bound()?,
+            decision_bounds: crate::decide::bounds()?,
             history_max_bytes: crate::run::history_bound()?,
             max_files_bytes: crate::compile::files_bound(None)?,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -2,7 +2,7 @@
 //! here, so the OpenAPI document served at `GET /v1/openapi.json` lists exactly the routes the
 //! controller answers, by construction.
 
-use crate::{audit, drafts, identity, launches, packs, runs, App};
+use crate::{audit, decisions, drafts, identity, launches, packs, runs, App};
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
@@ -250,6 +250,25 @@ pub fn endpoints() -> Vec<Endpoint> {
         op(Post, "/v1/runs/{id}/stop", "Stop a running run (editors)", || {
             post(runs::stop)
         }),
+        op(
+            Get,
+            "/v1/decisions",
+            "The open decision requests the caller may answer (approvers of the run's team)",
+            || get(decisions::list),
+        ),
+        op(
+            Get,
+            "/v1/runs/{id}/decisions/{route}",
+            "One decision request: its questions, evidence and digest, state and answer",
+            || get(decisions::show),
+        ),
+        op(
+            Post,
+            "/v1/runs/{id}/decisions/{route}/answer",
+            "Answer a decision request (approvers): `{\"digest\", \"answers\": {question: [option, …]}, \"note\"}`; the first accepted answer is final",
+            || post(decisions::answer),
+        )
+        .body(Body::Json),
     ]
 }
 

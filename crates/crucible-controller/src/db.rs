@@ -19,6 +19,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "pack_origins",
         include_str!("../migrations/0005_pack_origins.sql"),
     ),
+    (
+        6,
+        "decisions",
+        include_str!("../migrations/0006_decisions.sql"),
+    ),
 ];
 
 /// Every column that records a pack tree's digest (RFC-0002:C-PACK-BASE): a stored tree is

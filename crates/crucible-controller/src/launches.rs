@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A launch as accepted, kept with the run so a restarted controller can dispatch it again.
@@ -148,7 +149,11 @@ pub(crate) async fn prepare(
         state_dir: run_dir.join("state"),
         max_cost: launch.max_cost,
         max_secs,
-        caps: crucible_engine::substrate_caps(&launch.caps, &engine.inference),
+        // RFC-0002:C-HUMAN-DECISION: under the controller a run has the `human` capability.
+        caps: with_human(crucible_engine::substrate_caps(
+            &launch.caps,
+            &engine.inference,
+        )),
         jobs: engine.jobs,
         agent_cmd: None,
         harness: None,
@@ -161,12 +166,15 @@ pub(crate) async fn prepare(
         max_asks: engine.max_asks,
         no_sandbox: false,
         groups: Default::default(),
-        // A runbook gate waits for a person; the controller's human decisions (issue 14) are
+        // A runbook gate waits for a person at a terminal; as a controller-side decision it is
         // not built, so a launch with one is refused by admission.
         gatekeeper: None,
-        // Issue 14: the controller's decision endpoint is a later slice.
-        decider: None,
-        decision_bounds: Default::default(),
+        // Its engine opens and polls its decision requests in this store.
+        decider: Some(Arc::new(crate::decisions::StoreDecider::new(
+            app.db.clone(),
+            run_id(run_dir),
+        ))),
+        decision_bounds: engine.decision_bounds,
     };
     match crucible_engine::check_launch(&req) {
         Ok(()) => Ok(req),
@@ -176,6 +184,22 @@ pub(crate) async fn prepare(
         }
         .into()),
     }
+}
+
+/// The capabilities of a run under the controller: the launch's, and `human`.
+fn with_human(mut caps: Vec<String>) -> Vec<String> {
+    if !caps.iter().any(|c| c == "human") {
+        caps.push("human".into());
+    }
+    caps
+}
+
+/// The controller's id of the run whose directory is `run_dir`.
+fn run_id(run_dir: &Path) -> String {
+    run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The launch's plan, compiled by `crucible __launch-plan` in a child process (bounded as

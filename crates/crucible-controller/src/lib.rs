@@ -14,6 +14,7 @@ pub use api::router;
 pub mod audit;
 pub mod collect;
 pub mod db;
+pub mod decisions;
 pub mod drafts;
 pub mod error;
 pub mod executor;
@@ -63,6 +64,8 @@ pub struct EngineSettings {
     pub inference: crucible_agent::inference::Inference,
     pub reports: crucible_engine::report::ReportConfig,
     pub max_asks: u32,
+    /// The bounds on a human decision's evidence and note (RFC-0002:C-DECISION-EVIDENCE).
+    pub decision_bounds: crucible_engine::decision::Bounds,
     pub history_max_bytes: u64,
     pub max_files_bytes: u64,
     /// Isolated tasks in flight at once, per run.

@@ -96,6 +96,17 @@ async fn readable(app: &App, caller: &Caller, id: &str) -> ApiResult<Recorded> {
     Ok(run)
 }
 
+/// The team (its id and name) of a run the caller may read; otherwise not found, exactly as a
+/// missing run.
+pub(crate) async fn readable_team(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<(String, String)> {
+    let run = readable(app, caller, id).await?;
+    Ok((run.team_id, run.team))
+}
+
 /// The engine's directory of the run, once its engine has started it.
 fn engine_dir(app: &App, id: &str) -> Option<PathBuf> {
     let state = app.runs_dir().join(id).join("state");

@@ -566,13 +566,13 @@ pub(super) async fn decide_by_person(
         let got = tokio::select! {
             got = call => got.expect("a decider does not panic"),
             _ = tokio::time::sleep_until(ctx.run_deadline) => {
-                decider.close(&req, false);
+                close(&decider, &req, false).await;
                 report.graded = cut_short(ctx, task, Ended::WallClock, &mut report);
                 report.secs = began.elapsed().as_secs_f64();
                 return report;
             }
             why = proc::wait_abort(&mut abort) => {
-                decider.close(&req, true);
+                close(&decider, &req, true).await;
                 report.graded = cut_short(ctx, task, proc::aborted(why), &mut report);
                 report.secs = began.elapsed().as_secs_f64();
                 return report;
@@ -584,7 +584,7 @@ pub(super) async fn decide_by_person(
             Err(DecideError::Transport(cause)) => {
                 failures += 1;
                 if failures > crucible_plan::ceilings::TRANSPORT_RETRIES {
-                    decider.close(&req, false);
+                    close(&decider, &req, false).await;
                     report.transport = Some(cause.clone());
                     report.graded = Graded {
                         status: Status::Transport,
@@ -629,7 +629,7 @@ pub(super) async fn decide_by_person(
             decision::State::Open => {}
         }
     };
-    decider.close(&req, false);
+    close(&decider, &req, false).await;
     report.graded = match decided
         .and_then(|d| route::human_output(&task.name, spec, &d, &offered).map_err(|e| e.note()))
     {
@@ -642,6 +642,13 @@ pub(super) async fn decide_by_person(
     };
     report.secs = began.elapsed().as_secs_f64();
     report
+}
+
+/// Tells the decider the engine stopped waiting on `req` (withdrawing it on a stop), off the
+/// runtime: a decider may block.
+async fn close(decider: &Arc<dyn decision::Decider>, req: &Arc<decision::Request>, withdraw: bool) {
+    let (d, r) = (decider.clone(), req.clone());
+    let _ = tokio::task::spawn_blocking(move || d.close(&r, withdraw)).await;
 }
 
 /// What a decision model is asked about: the route's inputs, and under `files` each declared
