@@ -143,6 +143,36 @@ fn audit_example_reports_on_every_crate() {
     assert_eq!(git_log(&ws).lines().next(), Some("task report"));
 }
 
+// Issue 13, RFC-0002:C-RUN-HISTORY: the scheduled chore run twice in one local series, as cron
+// would fire it: the second run's report compares with the first.
+#[test]
+fn repo_health_example_compares_with_its_last_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&repo_root().join("examples/repo-health"), tmp.path());
+    let manifest = tmp.path().join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "path = \"../..\"",
+        &format!("path = {:?}", repo_root().to_string_lossy()),
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let fire = || {
+        let (code, out) = run_in(
+            tmp.path(),
+            &["--series", "nightly", "--max-cost", "0", "--max-time", "5m"],
+        );
+        assert_eq!(code, 0, "{out}");
+        let health = std::fs::read_to_string(tmp.path().join("workspace/HEALTH.md")).unwrap();
+        let current = std::fs::read_to_string(tmp.path().join("state/current")).unwrap();
+        (health, current.trim().to_string())
+    };
+    let (first, first_run) = fire();
+    assert!(first.contains("TODO trend: first run."), "{first}");
+    assert!(!first.contains(&first_run), "{first}");
+    let (second, _) = fire();
+    assert!(second.contains(&format!("| {first_run} |")), "{second}");
+    assert!(second.contains("TODO trend: steady."), "{second}");
+}
+
 // The audit example as a standing launch would run it (RFC-0002:C-ASKS, C-RUN-HISTORY): a crate
 // with a finding gets an ask for another workflow, keyed by its findings, and the report
 // compares with the earlier run its series supplied.

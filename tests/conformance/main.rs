@@ -49,6 +49,7 @@ mod runbook_runs;
 mod runbooks;
 mod runs;
 mod sandbox;
+mod series;
 mod settled_join;
 mod stop;
 mod summary;

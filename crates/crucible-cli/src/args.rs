@@ -442,6 +442,10 @@ pub struct RunArgs {
     /// Continue the most recent run from its session log.
     #[arg(long)]
     pub resume: bool,
+    /// Launch the run in the local series NAME, kept in the state directory: the series'
+    /// earlier runs are the history its tasks read (for a crontab line; docs/series.md).
+    #[arg(long, value_name = "NAME", value_parser = series, conflicts_with = "resume")]
+    pub series: Option<String>,
     /// Isolated tasks run concurrently up to this many, at least 1 (default: CPU count).
     #[arg(long, value_parser = jobs)]
     pub jobs: Option<usize>,
@@ -548,6 +552,10 @@ fn cost(text: &str) -> Result<f64, String> {
 
 fn duration(text: &str) -> Result<u64, String> {
     crucible_plan::duration::parse(text)
+}
+
+fn series(text: &str) -> Result<String, String> {
+    crucible_engine::series::check_name(text).map(|()| text.to_string())
 }
 
 fn jobs(text: &str) -> Result<usize, String> {

@@ -111,6 +111,14 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     let max_files_bytes = crate::compile::files_bound(args.max_files_bytes.as_deref())?;
     let inference = inference_bindings()?;
     let history = launch_history()?;
+    if args.series.is_some() {
+        if std::env::var_os(HISTORY_ENV).is_some() {
+            bail!("--series and {HISTORY_ENV} both supply the run's history: give one");
+        }
+        if matches!(launch, Launch::Rerun { .. }) {
+            bail!("a rerun belongs to no series: drop --series");
+        }
+    }
     let reports = report_config()?;
     let max_asks = asks_bound()?;
     let caps = crucible_engine::substrate_caps(&args.caps, &inference);
@@ -134,6 +142,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         launch,
         inference,
         history,
+        series: args.series.clone(),
         reports,
         max_asks,
         no_sandbox: args.no_sandbox,

@@ -162,6 +162,7 @@ pub(crate) async fn prepare(
         launch: mode,
         inference: engine.inference.clone(),
         history: crucible_engine::history::History::none(engine.history_max_bytes),
+        series: None,
         reports: engine.reports.clone(),
         max_asks: engine.max_asks,
         no_sandbox: false,

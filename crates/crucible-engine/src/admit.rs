@@ -466,6 +466,7 @@ mod tests {
             launch: crate::Launch::Fresh,
             inference: Default::default(),
             history: crate::history::History::none(0),
+            series: None,
             reports: Default::default(),
             max_asks: 10,
             no_sandbox: false,

@@ -397,6 +397,13 @@ pub async fn execute(
             log::append_now(&mut file, &line).map_err(state_err("session log"))?;
             (run_id, run_dir, file, log.rows, log.asks, log.opened)
         } else {
+            // RFC-0002:C-RUN-HISTORY: a local series' earlier runs, read with the lock held so
+            // none of them is still running.
+            let history = match &req.series {
+                Some(name) => crate::series::history(&state_dir, name, req.history.max_bytes())
+                    .map_err(RunError::refused)?,
+                None => req.history.clone(),
+            };
             let run_dir =
                 state::create_run_dir(&state_dir, &run_id).map_err(refused("state directory"))?;
             let memory = run_dir.join("memory");
@@ -440,13 +447,13 @@ pub async fn execute(
                 max_secs: adm.max_secs as f64,
                 base_commit: base.to_string(),
                 parent: parent.as_ref().map(|p| p.id.clone()),
-                series: None,
+                series: req.series.clone(),
                 started_at,
             };
             state::write_run_json(&run_dir, &run_json).map_err(state_err("run.json"))?;
             state::write_current(&state_dir, &run_id).map_err(state_err("state/current"))?;
             std::fs::create_dir_all(run_dir.join("inputs")).map_err(state_err("inputs"))?;
-            req.history.save(&run_dir).map_err(state_err("history"))?;
+            history.save(&run_dir).map_err(state_err("history"))?;
             let mut file =
                 log::open(&run_dir.join("session.jsonl")).map_err(state_err("session log"))?;
             let start = Event::Start(Start {
@@ -459,7 +466,7 @@ pub async fn execute(
                 max_cost: adm.max_cost,
                 max_secs: adm.max_secs as f64,
                 parent: parent.as_ref().map(|p| p.id.clone()),
-                series: None,
+                series: req.series.clone(),
             });
             log::append_now(&mut file, &start).map_err(state_err("session log"))?;
             let digests = canonical::task_digests(&req.plan);
@@ -554,12 +561,9 @@ pub async fn execute(
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
     let (abort, _) = watch::channel(Abort::None);
-    // RFC-0002:C-RUN-HISTORY: a resumed run gives every task the history it was started with.
-    let history = if req.launch == Launch::Resume {
-        History::load(&run_dir, 0).map_err(state_err("history"))?
-    } else {
-        req.history.clone()
-    };
+    // RFC-0002:C-RUN-HISTORY: every task reads the history the run was started with (a new
+    // run saved it above), so a resumed run gives each task the same history.
+    let history = History::load(&run_dir, 0).map_err(state_err("history"))?;
     let mut c = Coord {
         tasks: Arc::new(req.plan.tasks.clone()),
         params: serde_json::to_value(&req.plan.params).expect("params serialize"),

@@ -66,6 +66,11 @@ impl History {
         }
     }
 
+    /// The bound on the encoded history one task receives.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     /// Decode `CRUCIBLE_HISTORY` strictly: version 1, at most [`MAX_HISTORY`] records, each with
     /// exactly the contract's fields and an RFC 3339 end time to order by.
     pub fn parse(text: &str, max_bytes: u64) -> Result<History, String> {
@@ -79,8 +84,14 @@ impl History {
                 doc.records.len()
             ));
         }
-        let mut keyed = Vec::with_capacity(doc.records.len());
-        for r in doc.records {
+        History::of_records(doc.records, max_bytes)
+    }
+
+    /// A series' terminal runs in any order: the most recent [`MAX_HISTORY`] by end time (an
+    /// RFC 3339 instant), oldest first.
+    pub fn of_records(records: Vec<Record>, max_bytes: u64) -> Result<History, String> {
+        let mut keyed = Vec::with_capacity(records.len());
+        for r in records {
             let ended = humantime::parse_rfc3339_weak(&r.ended_at).map_err(|e| {
                 format!(
                     "run `{}`: ended_at {:?} is not an RFC 3339 time: {e}",
@@ -89,10 +100,11 @@ impl History {
             })?;
             keyed.push((ended, r));
         }
-        // Stable: runs that ended at the same instant keep the orchestrator's order.
+        // Stable: runs that ended at the same instant keep the order they were given in.
         keyed.sort_by_key(|(ended, _)| *ended);
+        let recent = keyed.len().saturating_sub(MAX_HISTORY as usize);
         Ok(History {
-            records: keyed.into_iter().map(|(_, r)| r).collect(),
+            records: keyed.into_iter().skip(recent).map(|(_, r)| r).collect(),
             max_bytes,
         })
     }
@@ -227,6 +239,23 @@ mod tests {
             let e = History::parse(&text, DEFAULT_HISTORY_MAX_BYTES).unwrap_err();
             assert!(e.contains(why), "{e}");
         }
+    }
+
+    // RFC-0002:C-RUN-HISTORY: an orchestrator's own series keeps the most recent 30 by end
+    // time, oldest first, whatever order its runs come in.
+    #[test]
+    fn a_series_gives_the_most_recent_thirty_oldest_first() {
+        let records: Vec<Record> = (0..35)
+            .rev()
+            .map(|i| {
+                let ended = format!("2026-11-01T00:{i:02}:00Z");
+                serde_json::from_value(record(&format!("r{i}"), &ended, json!({}))).unwrap()
+            })
+            .collect();
+        let h = History::of_records(records, DEFAULT_HISTORY_MAX_BYTES).unwrap();
+        let expected: Vec<String> = (5..35).map(|i| format!("r{i}")).collect();
+        assert_eq!(runs(&h.input(30)), expected);
+        assert_eq!(h.max_bytes(), DEFAULT_HISTORY_MAX_BYTES);
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod rerun;
 mod resume;
 pub mod runbook;
 pub mod sandbox;
+pub mod series;
 pub mod state;
 pub mod taskenv;
 mod taskfiles;
@@ -67,6 +68,9 @@ pub struct RunRequest {
     pub inference: crucible_agent::inference::Inference,
     /// The launch series' earlier runs (`CRUCIBLE_HISTORY`); a resumed run keeps its own.
     pub history: history::History,
+    /// `--series NAME`: the run belongs to a local launch series kept in the state directory,
+    /// whose earlier runs become its history (in place of `history`).
+    pub series: Option<String>,
     /// The operator's report bounds, Slack webhook and run link.
     pub reports: report::ReportConfig,
     /// The most asks the run may emit (RFC-0002:C-ASKS).

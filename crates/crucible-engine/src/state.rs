@@ -147,7 +147,7 @@ pub fn resolve_run(state: &Path, spec: &str) -> Result<String, String> {
 }
 
 /// The run ids in `runs/`, oldest first.
-fn run_ids(state: &Path) -> io::Result<Vec<String>> {
+pub(crate) fn run_ids(state: &Path) -> io::Result<Vec<String>> {
     let mut ids: Vec<String> = match std::fs::read_dir(runs_dir(state)) {
         Ok(rd) => rd
             .flatten()
