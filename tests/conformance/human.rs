@@ -611,3 +611,40 @@ workflow([scan, gate, act, stay])
     let close = prompt.rfind("CRUCIBLE-EXTERNAL-INPUT").unwrap();
     assert!(open < note && note < close, "{prompt}");
 }
+
+// RFC-0002:C-HUMAN-DECISION, C-PLAYBOOK-BUDGET: the wait counts against the wall clock; with no
+// timeout the request expires at the ceiling measured from its open, so the run's ceiling falls
+// first and the route settles as any attempt the ceiling cuts, never as an expiry.
+#[test]
+fn the_wall_clock_ceiling_falls_on_a_waiting_route() {
+    let p = star(&WORKFLOW.replace("timeout = \"TIMEOUT\", ", ""));
+    p.file("review.md", REVIEW);
+    let ctl = Controller::start(|_| None);
+    let r = ctl.run(&p, &["--max-time", "3s"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let opened = &ctl.opens()[0].body;
+    let (at, until) = (
+        humantime::parse_rfc3339_weak(opened["opened_at"].as_str().unwrap()).unwrap(),
+        humantime::parse_rfc3339_weak(opened["expires_at"].as_str().unwrap()).unwrap(),
+    );
+    assert_eq!(
+        until.duration_since(at).unwrap().as_secs(),
+        3,
+        "the ceiling is the timeout"
+    );
+    let row = p.row("gate");
+    assert_eq!(row["status"], "fail", "{row}");
+    assert_eq!(row["output"], Value::Null, "no expiry was recorded");
+    assert!(
+        row["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("wall-clock ceiling reached"),
+        "{row}"
+    );
+    let s = p.shutdown();
+    assert_eq!(
+        (s["outcome"].as_str(), s["ceiling"].as_str()),
+        (Some("budget"), Some("wall_clock"))
+    );
+}

@@ -733,16 +733,23 @@ fn finish(
             ));
         }
     }
-    // Answers every non-otherwise `when` lists, per route question.
+    // Answers every non-otherwise `when` lists, per route question: a noul's `when` with no
+    // answers lists its default, "yes", so an `otherwise` beside it never takes "yes" too.
     let mut listed_answers: BTreeMap<(usize, String), BTreeSet<String>> = BTreeMap::new();
     for p in &pending {
         if let Some(w) = &p.when {
-            if let Some(ans) = &w.answers {
-                listed_answers
-                    .entry((w.route, w.question.clone()))
-                    .or_default()
-                    .extend(ans.iter().cloned());
-            }
+            let noul = (pending[w.route].task.route.as_ref())
+                .and_then(|r| r.questions.get(&w.question))
+                .is_some_and(|q| q.kind == QuestionKind::Noul);
+            let listed = match (&w.answers, w.otherwise) {
+                (Some(ans), _) => ans.clone(),
+                (None, false) if noul => vec!["yes".to_string()],
+                (None, _) => continue,
+            };
+            listed_answers
+                .entry((w.route, w.question.clone()))
+                .or_default()
+                .extend(listed);
         }
     }
     let mut tasks = Vec::new();
