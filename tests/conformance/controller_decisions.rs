@@ -5,7 +5,7 @@
 //! On SQLite and on PostgreSQL.
 
 use crate::controller::{file, tar_of, Server, Store};
-use crate::controller_runs::{ended, launch, wait_run};
+use crate::controller_runs::{ended, events, launch, wait_run};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -177,6 +177,17 @@ fn an_approver_answers_a_runs_decision_through_the_api() {
         assert_eq!(row("deploy")["status"], "pass");
         assert_eq!(row("hold")["status"], "not_taken");
         assert_eq!(server.get("/v1/decisions", &ann).1["decisions"], json!([]));
+        // The run's event stream says when the request opened and when the route settled on it,
+        // only to whoever may read the run.
+        let (s, seen) = events(&server, &run, &vic);
+        assert_eq!(s, 200);
+        let opened = seen
+            .iter()
+            .position(|(e, d)| e == "decision_opened" && d["task"] == "gate");
+        let closed = (seen.iter())
+            .position(|(e, d)| e == "task_result" && d["task"] == "gate" && d["status"] == "pass");
+        assert!(opened.is_some() && opened < closed, "{seen:?}");
+        assert_eq!(events(&server, &run, &bo).0, 404);
         let audit = server.get("/v1/audit", &server.admin).1;
         let answered: Vec<&Value> = (audit["entries"].as_array().unwrap().iter())
             .filter(|e| e["action"] == "decision.answer")

@@ -67,7 +67,7 @@ pub(crate) fn ended(v: &Value) -> bool {
 }
 
 /// The run's event stream read to its end: (event, data) pairs.
-fn events(server: &Server, id: &str, token: &str) -> (u16, Vec<(String, Value)>) {
+pub(crate) fn events(server: &Server, id: &str, token: &str) -> (u16, Vec<(String, Value)>) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()

@@ -648,3 +648,25 @@ fn the_wall_clock_ceiling_falls_on_a_waiting_route() {
         (Some("budget"), Some("wall_clock"))
     );
 }
+
+// RFC-0002:C-HUMAN-DECISION: a pick records the chosen values as a list of strings, in the order
+// given, and a task maps over it: one instance per picked value.
+#[test]
+fn a_task_maps_over_the_values_a_person_picked() {
+    let p = star(
+        r#"scan = command(name = "scan", run = "echo '{\"jobs\": [\"j1\", \"j2\", \"j3\"]}'", emits = ["jobs"])
+gate = route(name = "gate", depends_on = [scan], human = True,
+    questions = {"jobs": pick(ask = "Which jobs?", source = scan.jobs, multiple = True)})
+each = command(name = "each", run = "python3 $PACK/save.py", depends_on = [gate], over = gate.jobs, max_fanout = 8)
+workflow([scan, gate, each])
+"#,
+    );
+    let ctl = Controller::start(|r| Some(alice(&r["digest"], json!({"jobs": ["j3", "j1"]}))));
+    let r = ctl.run(&p, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.row("gate")["output"]["jobs"], json!(["j3", "j1"]));
+    assert_eq!(p.row("each[j3]")["status"], "pass");
+    assert_eq!(p.row("each[j1]")["status"], "pass");
+    assert!(!p.has_row("each[j2]"), "only what was picked");
+    assert_eq!(p.saved("each[j3]")["item"], "j3");
+}
