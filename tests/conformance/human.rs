@@ -670,3 +670,34 @@ workflow([scan, gate, each])
     assert!(!p.has_row("each[j2]"), "only what was picked");
     assert_eq!(p.saved("each[j3]")["item"], "j3");
 }
+
+// A controller that refuses the request (a status other than 2xx, 429 or 5xx) fails the route
+// with its reason, bounded; it is not retried as a transport failure.
+#[test]
+fn a_controller_refusal_fails_the_route_with_its_reason() {
+    let p = pack("30s");
+    let refusing = HttpDouble::start(vec![(
+        403,
+        format!(
+            r#"{{"error": "this engine may not open requests {}"}}"#,
+            "x".repeat(2000)
+        ),
+    )]);
+    let r = p
+        .command(&p.run_args(&["--cap", "human"]))
+        .env("CRUCIBLE_DECISIONS_URL", &refusing.url(""))
+        .run();
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = p.row("gate");
+    assert_eq!(
+        (row["status"].as_str(), row["attempts"].as_u64()),
+        (Some("fail"), Some(1))
+    );
+    let note = row["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("the controller refused the request (HTTP 403): {\"error\": \"this engine may not open requests xxx"),
+        "{note}"
+    );
+    assert!(note.len() < 700, "bounded: {} bytes", note.len());
+    assert_eq!(refusing.requests().len(), 1, "not retried");
+}

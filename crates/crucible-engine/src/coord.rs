@@ -1052,26 +1052,29 @@ impl Coord<'_> {
                 (ev, digest)
             }
         };
-        let (opened_at, expires_at) = match folded.filter(|o| o.digest == digest) {
-            Some(o) => (o.opened_at, o.expires_at),
+        // The first open's times hold, even should the evidence have to be built again (its
+        // kept copy lost): a resume never extends the request.
+        let (opened_at, expires_at) = match &folded {
+            Some(o) => (o.opened_at.clone(), o.expires_at.clone()),
             None => {
                 let now = std::time::SystemTime::now();
                 // With no timeout declared, the ceiling is the timeout.
                 let timeout = task.timeout_secs.unwrap_or(self.adm.max_secs);
                 let expires = now + Duration::from_secs(timeout);
-                let (opened_at, expires_at) = (decision::rfc3339(now), decision::rfc3339(expires));
-                self.writer.push(&Event::DecisionOpened(DecisionOpened {
-                    task: task.name.clone(),
-                    digest: digest.clone(),
-                    opened_at: opened_at.clone(),
-                    expires_at: expires_at.clone(),
-                    via: (self.ctx.decider.as_ref())
-                        .map_or("", |d| d.via())
-                        .to_string(),
-                }));
-                (opened_at, expires_at)
+                (decision::rfc3339(now), decision::rfc3339(expires))
             }
         };
+        if folded.as_ref().is_none_or(|o| o.digest != digest) {
+            self.writer.push(&Event::DecisionOpened(DecisionOpened {
+                task: task.name.clone(),
+                digest: digest.clone(),
+                opened_at: opened_at.clone(),
+                expires_at: expires_at.clone(),
+                via: (self.ctx.decider.as_ref())
+                    .map_or("", |d| d.via())
+                    .to_string(),
+            }));
+        }
         let req = decision::Request {
             run: self.ctx.run_id.clone(),
             route: task.name.clone(),

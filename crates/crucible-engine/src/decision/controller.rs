@@ -74,10 +74,14 @@ impl Controller {
                 "the controller answered HTTP {}",
                 a.status
             ))),
-            s => Err(DecideError::Refused(format!(
-                "the controller refused the request (HTTP {s}): {}",
-                crucible_plan::terminal::escape(a.body.trim())
-            ))),
+            s => {
+                // The controller's reason, bounded: it reaches the route's note.
+                let said: String = a.body.trim().chars().take(500).collect();
+                Err(DecideError::Refused(format!(
+                    "the controller refused the request (HTTP {s}): {}",
+                    crucible_plan::terminal::escape(&said)
+                )))
+            }
         }
     }
 }
