@@ -29,6 +29,20 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A copy of `examples/NAME`, whose `[repo]` (this repository, `../..`) is pointed at the
+/// repository the tests run in.
+fn example_on_this_repo(name: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&repo_root().join("examples").join(name), tmp.path());
+    let manifest = tmp.path().join("crucible.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "path = \"../..\"",
+        &format!("path = {:?}", repo_root().to_string_lossy()),
+    );
+    std::fs::write(&manifest, text).unwrap();
+    tmp
+}
+
 pub(crate) fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
     let out = Command::new(BIN)
         .args(["plan", "run"])
@@ -114,14 +128,7 @@ fn playbook_example_fails_its_grade_with_a_high_threshold() {
 // report committed by the epilogue.
 #[test]
 fn audit_example_reports_on_every_crate() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_dir(&repo_root().join("examples/repo-audit"), tmp.path());
-    let manifest = tmp.path().join("crucible.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap().replace(
-        "path = \"../..\"",
-        &format!("path = {:?}", repo_root().to_string_lossy()),
-    );
-    std::fs::write(&manifest, text).unwrap();
+    let tmp = example_on_this_repo("repo-audit");
     let (code, out) = run_in(
         tmp.path(),
         &["--max-cost", "0", "--max-time", "5m", "--jobs", "2"],
@@ -147,14 +154,7 @@ fn audit_example_reports_on_every_crate() {
 // would fire it: the second run's report compares with the first.
 #[test]
 fn repo_health_example_compares_with_its_last_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_dir(&repo_root().join("examples/repo-health"), tmp.path());
-    let manifest = tmp.path().join("crucible.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap().replace(
-        "path = \"../..\"",
-        &format!("path = {:?}", repo_root().to_string_lossy()),
-    );
-    std::fs::write(&manifest, text).unwrap();
+    let tmp = example_on_this_repo("repo-health");
     let fire = || {
         let (code, out) = run_in(
             tmp.path(),
