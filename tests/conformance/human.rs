@@ -35,20 +35,20 @@ fn pack(timeout: &str) -> Pack {
 /// What the scripted controller holds: each request by run and route, as it was first opened,
 /// with its state and answer.
 #[derive(Default)]
-struct Held {
-    requests: HashMap<String, Value>,
+pub(crate) struct Held {
+    pub(crate) requests: HashMap<String, Value>,
 }
 
 /// A controller speaking the polling protocol: POST /v1/decisions opens (or returns the pair's
 /// request unchanged), GET /v1/decisions/RUN/ROUTE polls, DELETE withdraws. `answer` decides,
 /// at each poll of an open request, the answer to record, if any.
-struct Controller {
-    http: HttpDouble,
-    held: Arc<Mutex<Held>>,
+pub(crate) struct Controller {
+    pub(crate) http: HttpDouble,
+    pub(crate) held: Arc<Mutex<Held>>,
 }
 
 impl Controller {
-    fn start(answer: impl Fn(&Value) -> Option<Value> + Send + 'static) -> Controller {
+    pub(crate) fn start(answer: impl Fn(&Value) -> Option<Value> + Send + 'static) -> Controller {
         let held = Arc::new(Mutex::new(Held::default()));
         let h = held.clone();
         let http = HttpDouble::scripted(move |seen: &Seen| {
@@ -99,7 +99,7 @@ impl Controller {
         Controller { http, held }
     }
 
-    fn opens(&self) -> Vec<Seen> {
+    pub(crate) fn opens(&self) -> Vec<Seen> {
         (self.http.requests().into_iter())
             .filter(|s| s.method == "POST")
             .collect()
@@ -139,12 +139,12 @@ impl Controller {
 }
 
 /// An answer from `alice` naming `digest`.
-fn alice(digest: &Value, answers: Value) -> Value {
+pub(crate) fn alice(digest: &Value, answers: Value) -> Value {
     json!({"principal": "user:alice", "time": "2026-12-01T10:00:00Z", "digest": digest,
            "note": "ship it <b>", "answers": answers})
 }
 
-fn digest_of(evidence: &Value) -> String {
+pub(crate) fn digest_of(evidence: &Value) -> String {
     // serde_json's map is sorted here, so this is the canonical encoding.
     let text = serde_json::to_string(evidence).unwrap();
     format!("sha256:{}", hex(&Sha256::digest(text.as_bytes())))

@@ -3,7 +3,8 @@
 //! row's ledger pins the release and hashes each checkpoint's artifacts; a claimed success with
 //! a failing predicate fails by name; the effect classes bound the turn through the sandbox (no
 //! network, a read-only workspace); what cannot be enforced is refused before dispatch by
-//! `check` and `plan run` alike; a gate is decided at the terminal. The example runbook on the
+//! `check` and `plan run` alike; a gate is a human decision (RFC-0002:C-HUMAN-DECISION) answered
+//! at the terminal or through a controller, and folded on resume. The example runbook on the
 //! command backend and on a real agent CLI is in `examples.rs`.
 
 use crate::support::{Cmd, Pack, Ran, BIN};
@@ -231,8 +232,8 @@ fn the_effect_classes_bound_the_turn_through_the_sandbox() {
 // What a runbook forbids that nothing here can take away, or needs that nothing here can give,
 // is refused before dispatch, by `plan run` and by `check` alike, in the same words: a turn that
 // must not start processes, a sandbox opted out of, a harness CLI that needs the network for its
-// model, required tools no harness reports, and a gate with no terminal to ask on (stdin here
-// is not a terminal).
+// model, required tools no harness reports, and a gate with no one to answer it (stdin here
+// is not a terminal, and no controller is named).
 #[test]
 fn what_a_runbook_needs_that_cannot_be_enforced_is_refused_before_dispatch() {
     let read_write = ["filesystem.read", "filesystem.write", "network"];
@@ -270,7 +271,7 @@ fn what_a_runbook_needs_that_cannot_be_enforced_is_refused_before_dispatch() {
             contract("triage", EVERY_EFFECT, true, true),
             "",
             &[],
-            "task `triage` runs runbook `triage`, which has the gate `approve-plan`: a gate waits for a person, and this run has no terminal to ask on",
+            "task `triage` runs runbook `triage`, which has the gate `approve-plan`: a gate waits for a person's decision, and no one answers this run's decisions",
         ),
     ];
     for (contract, agent, flags, reason) in cases {
@@ -343,12 +344,24 @@ pub(crate) fn on_a_terminal(
     Ran::from(child.wait_with_output().unwrap())
 }
 
-// A gate pauses the run for a person at the terminal: the stage's summary and its artifacts'
-// hashes are shown, `y` approves and the task passes with the decision in its ledger; `n`
-// rejects, and the task fails saying so.
+/// The session log's `decision_opened` lines of `p`'s last run.
+fn openings(p: &Pack) -> Vec<Value> {
+    (p.log().into_iter())
+        .filter(|l| l["kind"] == "decision_opened")
+        .collect()
+}
+
+// RFC-0002:C-HUMAN-DECISION for a runbook gate at the terminal: the run pauses on a human
+// decision over the stage's evidence (its summary, each artifact's digest and contents), logged
+// `decision_opened` for the task's gate; `yes` approves and the task passes with the decision
+// (principal, digest, note) in its ledger; `no` refuses and the task fails saying by whom; an
+// answer outside the options is refused and asked again, as for any decision.
 #[test]
 fn a_gate_is_decided_at_the_terminal() {
-    for (typed, status, approved) in [("y\n", "pass", true), ("n\n", "fail", false)] {
+    for (typed, status, approved) in [
+        ("y\nyes\nlooks right\n", "pass", true),
+        ("2\n\n", "fail", false),
+    ] {
         let p = pack(&["triage"], &command_backend(&follows("the report")));
         bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, true));
         let command = format!("{BIN} {}", p.run_args(&[]).join(" "));
@@ -362,24 +375,162 @@ fn a_gate_is_decided_at_the_terminal() {
         assert!(drawn.contains("stage plan: Plan ready"), "{r:?}");
         assert!(
             drawn.contains(&format!(
-                "artifact results/plan.md  sha256:{} (8 bytes)",
+                "artifact results/plan.md  sha256:{} (8 bytes)\r\n    | the plan",
                 sha256(b"the plan")
             )),
             "{r:?}"
         );
+        assert!(drawn.contains("question approve (noul): Approve the plan before the report"));
+        let opened = openings(&p);
+        assert_eq!(opened.len(), 1, "{opened:?}");
+        assert_eq!(opened[0]["task"], "triage");
+        assert_eq!(opened[0]["gate"], "approve-plan");
+        assert_eq!(opened[0]["via"], "terminal");
+        let digest = opened[0]["digest"].as_str().unwrap();
+        assert!(drawn.contains(digest), "the digest is shown: {r:?}");
         let row = p.row("triage");
         assert_eq!(row["status"], status, "{row}");
-        assert_eq!(
-            row["runbook"]["checkpoints"][0]["gate"],
-            serde_json::json!({"id": "approve-plan", "approved": approved, "by": "terminal"})
-        );
-        if !approved {
+        let gate = &row["runbook"]["checkpoints"][0]["gate"];
+        assert_eq!(gate["approved"], approved, "{gate}");
+        assert_eq!(gate["digest"], digest);
+        let by = gate["by"].as_str().unwrap();
+        assert!(by.starts_with("terminal:"), "{gate}");
+        if approved {
+            assert!(
+                drawn
+                    .contains("not an answer: question `approve`: \"y\" is not one of its options"),
+                "{r:?}"
+            );
+            assert_eq!(gate["note"], "looks right");
+        } else {
             assert_eq!(
                 row["note"],
-                "runbook `triage`: gate `approve-plan` was rejected at the terminal"
+                format!("runbook `triage`: gate `approve-plan` was rejected by {by}")
             );
         }
     }
+}
+
+/// A runbook pack with a gate whose decisions a scripted controller answers with `answer`.
+fn gated_pack() -> Pack {
+    let p = pack(&["triage"], &command_backend(&follows("the report")));
+    bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, true));
+    p
+}
+
+fn with_controller(p: &Pack, ctl: &crate::human::Controller, args: &[&str]) -> Cmd {
+    p.command(&p.run_args(args))
+        .env("CRUCIBLE_DECISIONS_URL", &ctl.http.url(""))
+        .env("CRUCIBLE_DECISIONS_POLL_MS", "100")
+}
+
+// RFC-0002:C-HUMAN-DECISION, C-DECISION-EVIDENCE for a runbook gate through a controller (the
+// scripted one speaking the polling protocol): one request for the run's task and gate, its one
+// question `approve`, its evidence exactly the runbook, gate, stage and artifacts (with their
+// contents) and its digest over them; an approver's `yes` passes the task, a `no` fails it, and
+// an answer breaking the rules (`uncertain`) is refused, never taken for an approval.
+#[test]
+fn a_gate_is_answered_through_a_controller() {
+    for (answer, status) in [("yes", "pass"), ("no", "fail"), ("uncertain", "fail")] {
+        let p = gated_pack();
+        let ctl = crate::human::Controller::start(move |r| {
+            Some(crate::human::alice(
+                &r["digest"],
+                serde_json::json!({"approve": [answer]}),
+            ))
+        });
+        let r = with_controller(&p, &ctl, &[]).run();
+        let opens = ctl.opens();
+        assert_eq!(opens.len(), 1, "{r:?}");
+        let body = &opens[0].body;
+        assert_eq!(body["route"], "triage:approve-plan");
+        assert_eq!(
+            body["questions"],
+            serde_json::json!([{"id": "approve", "kind": "noul",
+                "ask": "Approve the plan before the report", "options": ["yes", "no"],
+                "multiple": false}])
+        );
+        let ev = &body["evidence"];
+        assert_eq!(
+            ev,
+            &serde_json::json!({
+                "task": "triage",
+                "runbook": {"name": "triage", "digest": sealed_digest(&p.path().join("runbooks/triage"))},
+                "gate": {"id": "approve-plan", "prompt": "Approve the plan before the report"},
+                "stage": {"name": "plan", "summary": "Plan ready"},
+                "artifacts": [{"path": "results/plan.md", "bytes": 8,
+                    "sha256": format!("sha256:{}", sha256(b"the plan")), "text": "the plan"}],
+            })
+        );
+        assert_eq!(body["digest"], crate::human::digest_of(ev));
+        let opened = openings(&p);
+        assert_eq!(opened[0]["via"], "controller");
+        assert_eq!(opened[0]["digest"], body["digest"]);
+        let row = p.row("triage");
+        assert_eq!(row["status"], status, "{row}");
+        let gate = &row["runbook"]["checkpoints"][0]["gate"];
+        match answer {
+            "yes" => {
+                assert_eq!(r.code, 0, "{r:?}");
+                assert_eq!(gate["approved"], true, "{gate}");
+                assert_eq!(gate["by"], "user:alice");
+                assert_eq!(gate["note"], "ship it <b>");
+            }
+            "no" => {
+                assert_eq!(gate["approved"], false, "{gate}");
+                assert_eq!(
+                    row["note"],
+                    "runbook `triage`: gate `approve-plan` was rejected by user:alice"
+                );
+            }
+            _ => {
+                assert!(gate.is_null(), "{gate}");
+                assert_eq!(
+                    row["note"],
+                    "runbook `triage`: gate `approve-plan` got no decision: human answer refused: question `approve`: \"uncertain\" is not one of its options"
+                );
+            }
+        }
+    }
+}
+
+// RFC-0002:C-HUMAN-DECISION, C-PLAYBOOK-RESUME for a gate: an engine killed while its gate is
+// open resumes by running the unsettled turn again; with the same evidence it reopens the same
+// request (same digest, same times: a resume never extends it), logged once, and settles on the
+// answer given while it was down.
+#[test]
+fn a_resumed_run_settles_its_open_gate_on_the_answer_given_while_it_was_down() {
+    let p = gated_pack();
+    let answer_now = std::sync::Arc::new(std::sync::Mutex::new(false));
+    let flag = answer_now.clone();
+    let ctl = crate::human::Controller::start(move |r| {
+        (*flag.lock().unwrap())
+            .then(|| crate::human::alice(&r["digest"], serde_json::json!({"approve": ["yes"]})))
+    });
+    let mut child = with_controller(&p, &ctl, &[]).0.spawn().unwrap();
+    let began = std::time::Instant::now();
+    while ctl.opens().is_empty() {
+        assert!(began.elapsed().as_secs() < 30, "the gate never opened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL: no stop, so no withdrawal
+    child.wait().unwrap();
+    *answer_now.lock().unwrap() = true;
+
+    let r = with_controller(&p, &ctl, &["--resume"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let opens = ctl.opens();
+    assert_eq!(opens.len(), 2, "opened again on resume");
+    for field in ["route", "digest", "expires_at", "opened_at"] {
+        assert_eq!(opens[1].body[field], opens[0].body[field], "{field}");
+    }
+    assert_eq!(openings(&p).len(), 1, "one request, logged once");
+    let row = p.row("triage");
+    assert_eq!(row["status"], "pass", "{row}");
+    let gate = &row["runbook"]["checkpoints"][0]["gate"];
+    assert_eq!(gate["by"], "user:alice");
+    assert_eq!(gate["digest"], opens[0].body["digest"]);
 }
 
 /// The runbook example (`examples/runbook`) copied to a tempdir, changed by `edit(path, text)`
@@ -476,7 +627,7 @@ fn the_runbook_example_on_the_command_backend() {
         "runbooks/triage/runbook.json" => gated(t),
         _ => t,
     });
-    let r = run_example(gate.path(), &[], Some("y\n"));
+    let r = run_example(gate.path(), &[], Some("yes\n\n"));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("gate approve-plan of runbook triage"),
@@ -573,7 +724,7 @@ fn the_runbook_example_on_a_real_agent_cli() {
         "runbooks/triage/runbook.json" => gated(t),
         _ => t,
     };
-    let (dir, r, _) = scenario(follows, &gate, Some("y\n"));
+    let (dir, r, _) = scenario(follows, &gate, Some("yes\n\n"));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("gate approve-plan of runbook triage"),

@@ -425,7 +425,6 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
         max_secs: None,
         state_dir: None,
         no_sandbox: false,
-        can_ask: crate::gate::Terminal::here().is_some(),
         decider: decider.as_deref(),
     };
     for n in manifest.not_applied() {
@@ -569,7 +568,6 @@ pub fn check(a: &CheckArgs) -> Result<ExitCode> {
             max_secs,
             state_dir: Some(&state_dir),
             no_sandbox: false,
-            can_ask: crate::gate::Terminal::here().is_some(),
             decider: decider.as_deref(),
         };
         match admission(plan, &m, sub) {

@@ -4,7 +4,9 @@
 //! (as text, every value from outside escaped), and its answer is held to the same rules
 //! (`crucible_engine::decision::check_answer`): each question exactly its options, one or for a
 //! multiple question one or more distinct ones, never `uncertain`, and a note within the bound.
-//! While it asks, the live view holds its redraws (`crate::gate::TERMINAL`).
+//! A runbook's gate (issue 15) is asked the same way: its evidence is the stage's summary and
+//! artifacts, its one question `approve` (yes or no). While it asks, the live view holds its
+//! redraws ([`TERMINAL`]), and draws afresh below the exchange after ([`ASKED`]).
 
 use anyhow::{anyhow, Result};
 use crucible_engine::decision::controller::{self, Controller};
@@ -15,10 +17,15 @@ use crucible_plan::terminal::escape;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, IsTerminal, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
+
+/// Held while the terminal asks: the live view does not draw meanwhile.
+pub static TERMINAL: Mutex<()> = Mutex::new(());
+/// How many exchanges have been shown: the live view's frame above one is not redrawn over it.
+pub static ASKED: AtomicU64 = AtomicU64::new(0);
 
 /// Who answers: the controller where one is named, else the terminal where stdin and stderr
 /// are both terminals, else no one.
@@ -181,7 +188,7 @@ impl Terminal {
         let mut err = std::io::stderr().lock();
         if !p.shown {
             p.shown = true;
-            crate::gate::ASKED.fetch_add(1, Ordering::SeqCst);
+            ASKED.fetch_add(1, Ordering::SeqCst);
             let _ = write!(err, "{}", render(req));
         }
         for q in &req.questions {
@@ -250,7 +257,7 @@ impl Decider for Terminal {
     /// Holds the terminal (one exchange at a time) and asks until answered or `until`.
     fn poll(&self, req: &Request, until: SystemTime) -> Result<Polled, DecideError> {
         let held = loop {
-            if let Ok(held) = crate::gate::TERMINAL.try_lock() {
+            if let Ok(held) = TERMINAL.try_lock() {
                 break held;
             }
             if SystemTime::now() >= until || self.is_closed(&req.route) {
@@ -314,6 +321,9 @@ fn prompt(q: &QuestionView) -> String {
 /// The request's evidence as text: every part the controller shows, every value escaped.
 pub fn render(req: &Request) -> String {
     let ev = &req.evidence;
+    if ev.get("gate").is_some() {
+        return render_gate(req);
+    }
     let mut out = format!(
         "\ndecision requested: route {} of run {}, open until {}\nevidence {}\n",
         escape(&req.route),
@@ -380,6 +390,41 @@ pub fn render(req: &Request) -> String {
             escape(g["question"].as_str().unwrap_or_default()),
             escape(&labels.join(" or "))
         ));
+    }
+    out
+}
+
+/// A runbook gate's evidence as text: the gate, the stage and its summary, and each artifact by
+/// path, size and digest with its text (a binary one by size and digest only).
+fn render_gate(req: &Request) -> String {
+    let ev = &req.evidence;
+    let text = |v: &Value| escape(v.as_str().unwrap_or_default()).into_owned();
+    let mut out = format!(
+        "\ngate {} of runbook {} (task {}): {}\n  open until {}, evidence {}\n  stage {}: {}\n",
+        text(&ev["gate"]["id"]),
+        text(&ev["runbook"]["name"]),
+        text(&ev["task"]),
+        text(&ev["gate"]["prompt"]),
+        escape(&req.expires_at),
+        escape(&req.digest),
+        text(&ev["stage"]["name"]),
+        text(&ev["stage"]["summary"]),
+    );
+    for a in ev["artifacts"].as_array().into_iter().flatten() {
+        let seen = match a.get("unread") {
+            Some(why) => format!("not read: {}", text(why)),
+            None => format!("{} ({} bytes)", text(&a["sha256"]), a["bytes"]),
+        };
+        out.push_str(&format!("  artifact {}  {seen}\n", text(&a["path"])));
+        match (a.get("text").and_then(Value::as_str), a.get("base64")) {
+            (Some(body), _) => {
+                for line in body.lines() {
+                    out.push_str(&format!("    | {}\n", escape(line)));
+                }
+            }
+            (None, Some(_)) => out.push_str("    (binary: shown by the controller, not here)\n"),
+            (None, None) => {}
+        }
     }
     out
 }

@@ -107,10 +107,10 @@ impl Live {
     /// left above an exchange stays; the next one is drawn below it.
     fn show(&mut self, line: Option<String>) {
         self.pending.extend(line);
-        let Ok(_held) = crate::gate::TERMINAL.try_lock() else {
+        let Ok(_held) = crate::decide::TERMINAL.try_lock() else {
             return;
         };
-        let asked = crate::gate::ASKED.load(std::sync::atomic::Ordering::SeqCst);
+        let asked = crate::decide::ASKED.load(std::sync::atomic::Ordering::SeqCst);
         if asked != self.asked {
             self.asked = asked;
             self.drawn = 0;

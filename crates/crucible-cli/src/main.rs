@@ -9,7 +9,6 @@ mod args;
 mod bounded;
 mod compile;
 mod decide;
-mod gate;
 mod init;
 mod inspect;
 mod live;

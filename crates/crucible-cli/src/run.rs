@@ -147,9 +147,6 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         max_asks,
         no_sandbox: args.no_sandbox,
         groups: Default::default(),
-        gatekeeper: crate::gate::Terminal::here().map(|t| {
-            std::sync::Arc::new(t) as std::sync::Arc<dyn crucible_engine::runbook::Gatekeeper>
-        }),
         decider: crate::decide::decider()?,
         decision_bounds: crate::decide::bounds()?,
     };

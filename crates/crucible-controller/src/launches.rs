@@ -169,7 +169,6 @@ pub(crate) async fn prepare(
         groups: Default::default(),
         // A runbook gate waits for a person at a terminal; as a controller-side decision it is
         // not built, so a launch with one is refused by admission.
-        gatekeeper: None,
         // Its engine opens and polls its decision requests in this store.
         decider: Some(Arc::new(crate::decisions::StoreDecider::new(
             app.db.clone(),

@@ -34,8 +34,6 @@ pub struct Substrate<'a> {
     pub state_dir: Option<&'a Path>,
     /// `--no-sandbox`: a task's named sandbox cannot be honoured unsandboxed.
     pub no_sandbox: bool,
-    /// A person can be asked at a runbook's gate: the engine has a terminal (issue 15).
-    pub can_ask: bool,
     /// Who answers human-decided routes, where someone does (RFC-0002:C-HUMAN-DECISION).
     pub decider: Option<&'a str>,
 }
@@ -123,7 +121,7 @@ pub fn admission(
     let how = crate::runbook::Enforcement {
         sandboxed,
         command_backend: agent_cmd.is_some(),
-        can_ask: sub.can_ask,
+        can_ask: sub.decider.is_some(),
     };
     for t in &plan.tasks {
         if let Some(rb) = &t.runbook {
@@ -370,7 +368,6 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         max_secs: Some(max_secs),
         state_dir: Some(&req.state_dir),
         no_sandbox: req.no_sandbox,
-        can_ask: req.gatekeeper.is_some(),
         decider: decider.as_deref(),
     };
     let a = admission(plan, &req.manifest, sub)
@@ -470,7 +467,6 @@ mod tests {
             reports: Default::default(),
             max_asks: 10,
             no_sandbox: false,
-            gatekeeper: None,
             decider: None,
             decision_bounds: Default::default(),
             agent_cmd: None,

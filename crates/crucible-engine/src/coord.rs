@@ -56,6 +56,8 @@ enum Msg {
     Spending(u64, f64),
     /// A fan-out instance or a revise round of task `usize` finished (see `branch`).
     SubDone(usize, branch::Sub, Report),
+    /// An attempt opened a runbook gate's decision request (issue 15): logged as it opens.
+    GateOpened(DecisionOpened),
 }
 
 /// What a dispatched task came back with.
@@ -206,8 +208,11 @@ struct Ctx {
     sandboxes: std::collections::BTreeMap<String, crate::sandbox::Named>,
     /// The run's attempt process groups, which every attempt joins.
     groups: Arc<crate::proc::ProcessGroups>,
-    /// Who decides runbook gates (admission refuses a gate without one).
-    gatekeeper: Option<Arc<dyn crate::runbook::Gatekeeper>>,
+    /// The gate requests an interrupted run opened, by request route (issue 15): a resumed
+    /// run's gate keeps the first open's times.
+    gates_opened: HashMap<String, DecisionOpened>,
+    /// The operator's bounds on evidence and notes.
+    decision_bounds: crate::decision::Bounds,
     /// The launch variables every task receives (the base and `[env]`).
     task_env: crate::taskenv::TaskEnv,
     /// The run's declared secrets, masked in everything a task's process wrote.
@@ -531,7 +536,13 @@ pub async fn execute(
         },
         sandboxes: adm.sandboxes.clone(),
         groups: req.groups.clone(),
-        gatekeeper: req.gatekeeper.clone(),
+        gates_opened: (folded_opened.iter())
+            .filter_map(|o| {
+                let gate = o.gate.as_ref()?;
+                Some((crate::runbook::gate_route(&o.task, gate), o.clone()))
+            })
+            .collect(),
+        decision_bounds: req.decision_bounds,
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
         logs: crate::tasklog::Logs::new(&run_dir),
@@ -601,6 +612,7 @@ pub async fn execute(
         reused_spent: 0.0,
         opened: folded_opened
             .into_iter()
+            .filter(|o| o.gate.is_none())
             .map(|o| (o.task.clone(), o))
             .collect(),
         humans: HashMap::new(),
@@ -661,6 +673,9 @@ pub async fn execute(
                 Msg::Spending(key, usd) => c.spending(key, usd),
                 Msg::Done(i, report) => c.done(i, report),
                 Msg::SubDone(i, sub, report) => c.sub_done(i, sub, report),
+                Msg::GateOpened(o) => {
+                    c.writer.push(&Event::DecisionOpened(o));
+                }
             },
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),
             _ = tokio::time::sleep_until(run_deadline), if !c.wall && !c.stopped => c.on_wall(),
@@ -1067,6 +1082,7 @@ impl Coord<'_> {
         if folded.as_ref().is_none_or(|o| o.digest != digest) {
             self.writer.push(&Event::DecisionOpened(DecisionOpened {
                 task: task.name.clone(),
+                gate: None,
                 digest: digest.clone(),
                 opened_at: opened_at.clone(),
                 expires_at: expires_at.clone(),

@@ -251,11 +251,7 @@ pub struct Parts<'a> {
 /// (`review`). Over `max_bytes` encoded it fails naming the bound; it is never truncated.
 /// Returns the evidence, key-sorted, and its digest.
 pub fn evidence(parts: &Parts, max_bytes: u64) -> Result<(Value, String), String> {
-    let over = |size: u64| {
-        format!(
-            "the evidence is over the bound of {max_bytes} bytes ({MAX_EVIDENCE_BYTES_ENV}) at {size} bytes or more; it is never truncated"
-        )
-    };
+    let over = |size: u64| over_bound(max_bytes, size);
     let mut inputs = Map::new();
     for (name, e) in &parts.inputs {
         let output = match e.status {
@@ -320,10 +316,23 @@ pub fn evidence(parts: &Parts, max_bytes: u64) -> Result<(Value, String), String
         None => None,
     };
     ev["review"] = json!(review);
-    let ev = canonical::sorted(&ev);
+    seal(&ev, max_bytes)
+}
+
+/// Why evidence of at least `size` bytes cannot be put to a person.
+pub fn over_bound(max_bytes: u64, size: u64) -> String {
+    format!(
+        "the evidence is over the bound of {max_bytes} bytes ({MAX_EVIDENCE_BYTES_ENV}) at {size} bytes or more; it is never truncated"
+    )
+}
+
+/// Evidence key-sorted and its digest (`sha256:` over its canonical encoding), or why it is over
+/// the operator's bound.
+pub fn seal(ev: &Value, max_bytes: u64) -> Result<(Value, String), String> {
+    let ev = canonical::sorted(ev);
     let text = canonical::to_string(&ev);
     if text.len() as u64 > max_bytes {
-        return Err(over(text.len() as u64));
+        return Err(over_bound(max_bytes, text.len() as u64));
     }
     let digest = canonical::sha256(text.as_bytes());
     Ok((ev, digest))
@@ -375,7 +384,7 @@ fn read_set(
 }
 
 /// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
+pub fn base64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for c in bytes.chunks(3) {

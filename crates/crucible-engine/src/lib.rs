@@ -79,10 +79,9 @@ pub struct RunRequest {
     pub no_sandbox: bool,
     /// The run's attempt process groups: the caller keeps a handle to kill them all at once.
     pub groups: std::sync::Arc<ProcessGroups>,
-    /// Who decides a runbook's gates (issue 15): the CLI's terminal, when it has one.
-    pub gatekeeper: Option<std::sync::Arc<dyn runbook::Gatekeeper>>,
-    /// Who answers human-decided routes (RFC-0002:C-HUMAN-DECISION): a controller, or the
-    /// CLI's terminal; with none, a run with the `human` capability and a human route is refused.
+    /// Who answers human-decided routes and runbook gates (RFC-0002:C-HUMAN-DECISION): a
+    /// controller, or the CLI's terminal; with none, a run with the `human` capability and a
+    /// human route is refused, as is a run with a runbook gate.
     pub decider: Option<std::sync::Arc<dyn decision::Decider>>,
     /// The operator's bounds on evidence and notes.
     pub decision_bounds: decision::Bounds,

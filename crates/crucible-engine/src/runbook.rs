@@ -4,14 +4,18 @@
 //! and each success predicate is checked: a turn that claims success while one fails has failed,
 //! by name. The files are read below the turn's working directory without following links, so
 //! a link or a special file is never taken for an artifact. A checkpoint's gate is then put to
-//! a person ([`Gatekeeper`], the CLI's terminal); a run with a gate and no one to ask is refused
-//! before dispatch, with everything else it cannot enforce ([`unenforceable`]).
+//! a person as a human decision (RFC-0002:C-HUMAN-DECISION) through the run's
+//! [`decision::Decider`], the terminal or a controller, over the stage's evidence
+//! ([`gate_evidence`]); a run with a gate and no one to answer is refused before dispatch, with
+//! everything else it cannot enforce ([`unenforceable`]).
 
+use crate::decision::{self, Answer, QuestionView};
 use crucible_pack::files::{PackDir, PackFileErrorKind};
-use crucible_plan::runbook::{PredicateKind, TaskRunbook};
+use crucible_plan::runbook::{Checkpoint, Gate, PredicateKind, TaskRunbook};
 use crucible_plan::wire::{
     ArtifactRecord, CheckpointRecord, GateRecord, PredicateRecord, RunbookLedger,
 };
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -19,7 +23,7 @@ use std::path::Path;
 pub const MAX_ARTIFACT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The ledger of a turn of `rb` that ran in `cwd`: its checkpoints and predicates as the turn
-/// left its files. Gates are decided afterwards ([`pass_gates`]).
+/// left its files. Gates are decided afterwards ([`gate_evidence`]).
 pub fn ledger(rb: &TaskRunbook, cwd: &Path) -> RunbookLedger {
     let dir = PackDir::open(cwd).ok();
     let look = |path: &str| observe(dir.as_ref(), path);
@@ -95,7 +99,7 @@ pub struct Enforcement {
     pub sandboxed: bool,
     /// Agent turns run on the command backend (`agent_cmd`), not a harness CLI.
     pub command_backend: bool,
-    /// A person can be asked at a gate (the engine has a terminal to ask on).
+    /// Someone answers the run's decisions (a terminal or a controller), so a gate can be put.
     pub can_ask: bool,
 }
 
@@ -134,7 +138,7 @@ pub fn unenforceable(task: &str, rb: &TaskRunbook, how: Enforcement) -> Vec<Stri
     if !how.can_ask {
         for gate in rb.checkpoints.iter().filter_map(|c| c.gate.as_ref()) {
             out.push(format!(
-                "{at}, which has the gate `{}`: a gate waits for a person, and this run has no terminal to ask on; run it on a terminal (stdin and stderr), or remove the gate",
+                "{at}, which has the gate `{}`: a gate waits for a person's decision, and no one answers this run's decisions; run it on a terminal (stdin and stderr) or with CRUCIBLE_DECISIONS_URL naming a controller, or remove the gate",
                 gate.id
             ));
         }
@@ -145,64 +149,90 @@ pub fn unenforceable(task: &str, rb: &TaskRunbook, how: Enforcement) -> Vec<Stri
 /// The effect class of starting processes.
 pub const PROCESS_EXEC: &str = "process.exec";
 
-/// What a person is shown at a gate: the stage's summary and its artifacts as hashed.
-#[derive(Clone, Debug)]
-pub struct GateAsk {
-    pub task: String,
-    pub runbook: String,
-    pub gate: crucible_plan::runbook::Gate,
-    pub stage: String,
-    pub summary: String,
-    pub artifacts: Vec<ArtifactRecord>,
+/// The one question a gate asks, and its two options.
+pub const GATE_QUESTION: &str = "approve";
+pub const APPROVE: &str = "yes";
+pub const REJECT: &str = "no";
+
+/// The name a gate's decision request goes by: one request per run, task and gate (a task name
+/// never holds `:`, so no route can take it).
+pub fn gate_route(task: &str, gate: &str) -> String {
+    format!("{task}:{gate}")
 }
 
-/// A person the run can ask at a gate (the CLI's terminal). The engine never passes a gate
-/// without one: a run that could not ask is refused before dispatch ([`unenforceable`]).
-pub trait Gatekeeper: Send + Sync {
-    /// Shows `ask` and waits for the decision: `Ok(true)` approved, `Ok(false)` rejected, `Err`
-    /// when no answer could be had (the terminal closed), which is never an approval.
-    fn decide(&self, ask: &GateAsk) -> Result<bool, String>;
+/// The question of a gate's request: its prompt, answered `yes` (approved) or `no`.
+pub fn gate_question(gate: &Gate) -> QuestionView {
+    QuestionView {
+        id: GATE_QUESTION.to_string(),
+        kind: "noul".to_string(),
+        ask: gate.prompt.clone(),
+        options: vec![APPROVE.to_string(), REJECT.to_string()],
+        multiple: false,
+    }
 }
 
-/// Asks `keeper` at each gate of a turn that passed, in checkpoint order, recording each decision
-/// in `ledger`; the first gate not approved fails the turn, with why.
-pub fn pass_gates(
+/// The evidence of the gate of checkpoint `c` of task `task`'s runbook `rb` (C-DECISION-EVIDENCE
+/// for a gate): the runbook's release, the gate, the stage and its summary, and each of the
+/// checkpoint's artifacts as the turn left it in `cwd` (path, size, SHA-256 and contents, as
+/// `text` or `base64`; or why it could not be read). Over `max_bytes` encoded it fails naming
+/// the bound; it is never truncated. Returns the evidence, key-sorted, and its digest.
+pub fn gate_evidence(
     task: &str,
     rb: &TaskRunbook,
-    ledger: &mut RunbookLedger,
-    keeper: &dyn Gatekeeper,
-) -> Result<(), String> {
-    for (c, rec) in rb.checkpoints.iter().zip(ledger.checkpoints.iter_mut()) {
-        let Some(gate) = &c.gate else { continue };
-        let ask = GateAsk {
-            task: task.to_string(),
-            runbook: rb.name.clone(),
-            gate: gate.clone(),
-            stage: c.stage.clone(),
-            summary: c.summary.clone(),
-            artifacts: rec.artifacts.clone(),
+    c: &Checkpoint,
+    gate: &Gate,
+    cwd: &Path,
+    max_bytes: u64,
+) -> Result<(Value, String), String> {
+    let dir = PackDir::open(cwd).ok();
+    let mut size: u64 = 0;
+    let mut artifacts = Vec::new();
+    for path in &c.artifact_paths {
+        let Some(d) = &dir else {
+            artifacts.push(json!({"path": path, "unread": "the working directory cannot be read"}));
+            continue;
         };
-        let decided = keeper.decide(&ask);
-        rec.gate = Some(GateRecord {
-            id: gate.id.clone(),
-            approved: decided == Ok(true),
-            by: "terminal".into(),
-        });
-        match decided {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(format!(
-                    "runbook `{}`: gate `{}` was rejected at the terminal",
-                    rb.name, gate.id
-                ))
+        let bytes = match d.read(path, MAX_ARTIFACT_BYTES.min(max_bytes.saturating_sub(size))) {
+            Ok(b) => b,
+            Err(e) => {
+                if let PackFileErrorKind::TooLarge { size: n, .. } = e.kind {
+                    if size.saturating_add(n) > max_bytes {
+                        return Err(decision::over_bound(max_bytes, size.saturating_add(n)));
+                    }
+                }
+                artifacts.push(json!({"path": path, "unread": e.kind.to_string()}));
+                continue;
             }
-            Err(why) => {
-                return Err(format!(
-                "runbook `{}`: gate `{}` got no decision ({why}); it is never passed without one",
-                rb.name, gate.id
-            ))
-            }
+        };
+        size += bytes.len() as u64;
+        let mut a = json!({"path": path, "bytes": bytes.len(),
+            "sha256": crucible_plan::canonical::sha256(&bytes)});
+        match String::from_utf8(bytes) {
+            Ok(text) => a["text"] = json!(text),
+            Err(e) => a["base64"] = json!(decision::base64(e.as_bytes())),
         }
+        artifacts.push(a);
     }
-    Ok(())
+    let ev = json!({
+        "task": task,
+        "runbook": {"name": rb.name, "digest": rb.digest},
+        "gate": {"id": gate.id, "prompt": gate.prompt},
+        "stage": {"name": c.stage, "summary": c.summary},
+        "artifacts": artifacts,
+    });
+    decision::seal(&ev, max_bytes)
+}
+
+/// What a gate's request came to, recorded in the ledger: approved only by an answer `yes`
+/// held to the request's rules; a refusal, an expiry, or no answer is never an approval.
+pub fn gate_record(gate: &Gate, digest: &str, answer: Option<&Answer>) -> GateRecord {
+    GateRecord {
+        id: gate.id.clone(),
+        approved: answer.is_some_and(|a| {
+            a.answers.get(GATE_QUESTION).map(Vec::as_slice) == Some(&[APPROVE.to_string()])
+        }),
+        by: answer.map_or_else(|| "expired".to_string(), |a| a.principal.clone()),
+        digest: digest.to_string(),
+        note: answer.and_then(|a| a.note.clone()),
+    }
 }

@@ -226,13 +226,20 @@ pub struct PredicateRecord {
     pub holds: bool,
 }
 
-/// A person's decision at a gate, and where it was made.
+/// A person's decision at a gate (a human decision, RFC-0002:C-HUMAN-DECISION).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GateRecord {
     pub id: String,
     pub approved: bool,
-    /// `terminal`: asked on the engine's controlling terminal.
+    /// The principal who answered (`terminal:USER`, `user:NAME`), or `expired` when the request
+    /// expired unanswered.
     pub by: String,
+    /// The digest of the evidence the decision was made over.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
+    /// The answer's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What an agent task did to its `session()`'s conversation (RFC-0002:C-REVISE-LOOP): whether it
@@ -319,6 +326,9 @@ pub struct AsksEmitted {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DecisionOpened {
     pub task: String,
+    /// The runbook gate of `task` the request is for (issue 15); none for a route's request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<String>,
     /// The evidence digest (`sha256:…`, over its canonical encoding).
     pub digest: String,
     /// RFC 3339.

@@ -345,7 +345,7 @@ pub(super) async fn run(
                 }
             }
             if report.graded.status == Status::Pass {
-                match gates(ctx, task, rb, &mut ledger, deadline, abort).await {
+                match gates(ctx, task, (rb, &cwd), &mut ledger, deadline, abort).await {
                     Ok(Ok(())) => {}
                     Ok(Err(note)) => {
                         report.graded = Graded::fail(note, report.graded.output.clone())
@@ -528,12 +528,10 @@ pub(super) async fn decide_by_model(
 }
 
 /// A route a person decides (RFC-0002:C-HUMAN-DECISION): opens `req` with the run's decider and
-/// waits for its answer, spending nothing. An answer is held to the request's rules
-/// ([`decision::check_answer`]) and becomes the route's output; a request still open at its
-/// expiry (counted from its first open) records every question `uncertain` and passes. The wait
-/// is bounded by the wall-clock ceiling and the operator's stop (which withdraws the request).
-/// A decider that cannot be reached is a transport failure, retried as one (with a growing
-/// pause), which neither answers nor expires the request.
+/// waits for its answer, spending nothing ([`await_decision`]). The answer becomes the route's
+/// output; a request still open at its expiry (counted from its first open) records every
+/// question `uncertain` and passes. The wait is bounded by the wall-clock ceiling and the
+/// operator's stop (which withdraws the request).
 pub(super) async fn decide_by_person(
     ctx: &Ctx,
     task: &Task,
@@ -545,91 +543,38 @@ pub(super) async fn decide_by_person(
     let mut report = Report::empty();
     report.attempts = 1;
     let spec = task.route.as_ref().expect("a route task has a route");
-    let decider = ctx
-        .decider
-        .clone()
-        .expect("admission requires someone to answer a human route");
-    let req = Arc::new(req);
-    let mut expires = decision::parse_time(&req.expires_at).unwrap_or_else(SystemTime::now);
-    let (mut opened, mut failures) = (false, 0u32);
-    let decided = loop {
-        let (d, r) = (decider.clone(), req.clone());
-        let (first, pause) = (!opened, Duration::from_secs(u64::from(failures)));
-        let until = expires;
-        let call = tokio::task::spawn_blocking(move || {
-            std::thread::sleep(pause);
-            match first {
-                true => d.open(&r),
-                false => d.poll(&r, until),
-            }
-        });
-        let got = tokio::select! {
-            got = call => got.expect("a decider does not panic"),
-            _ = tokio::time::sleep_until(ctx.run_deadline) => {
-                close(&decider, &req, false).await;
-                report.graded = cut_short(ctx, task, Ended::WallClock, &mut report);
-                report.secs = began.elapsed().as_secs_f64();
-                return report;
-            }
-            why = proc::wait_abort(&mut abort) => {
-                close(&decider, &req, true).await;
-                report.graded = cut_short(ctx, task, proc::aborted(why), &mut report);
-                report.secs = began.elapsed().as_secs_f64();
-                return report;
-            }
-        };
-        let polled = match got {
-            Ok(p) => p,
-            Err(DecideError::Refused(why)) => break Err(why),
-            Err(DecideError::Transport(cause)) => {
-                failures += 1;
-                if failures > crucible_plan::ceilings::TRANSPORT_RETRIES {
-                    close(&decider, &req, false).await;
-                    report.transport = Some(cause.clone());
-                    report.graded = Graded {
-                        status: Status::Transport,
-                        note: Some(cause),
-                        output: None,
-                    };
-                    report.secs = began.elapsed().as_secs_f64();
-                    return report;
-                }
-                report.attempts += 1;
-                continue;
-            }
-        };
-        (opened, failures) = (true, 0);
-        // The request opened first holds: its digest and expiry, never a later one's.
-        let digest = polled.digest;
-        if let Some(at) = decision::parse_time(&polled.expires_at) {
-            expires = expires.min(at);
+    let until = (ctx.run_deadline, false);
+    let decided = match await_decision(ctx, req, until, &mut abort, &mut report.attempts).await {
+        Ok(decided) => decided,
+        Err(Unsettled::Cut(cut)) => {
+            report.graded = cut_short(ctx, task, cut, &mut report);
+            report.secs = began.elapsed().as_secs_f64();
+            return report;
         }
-        let expired = route::HumanDecision::Expired {
-            time: decision::rfc3339(SystemTime::now()),
-            digest: digest.clone(),
-        };
-        match polled.state {
-            decision::State::Answered(a) => {
-                break decision::check_answer(&req, &digest, &a)
-                    .map_err(|why| format!("human answer refused: {why}"))
-                    .map(|()| route::HumanDecision::Answered {
-                        principal: a.principal,
-                        time: a.time,
-                        digest: a.digest,
-                        note: a.note,
-                        answers: a.answers,
-                    })
-            }
-            decision::State::Expired => break Ok(expired),
-            decision::State::Withdrawn => {
-                break Err("the decision request was withdrawn".to_string())
-            }
-            // Still open once its expiry passed: it expired unanswered.
-            decision::State::Open if SystemTime::now() >= expires => break Ok(expired),
-            decision::State::Open => {}
+        Err(Unsettled::Transport(cause)) => {
+            report.transport = Some(cause.clone());
+            report.graded = Graded {
+                status: Status::Transport,
+                note: Some(cause),
+                output: None,
+            };
+            report.secs = began.elapsed().as_secs_f64();
+            return report;
         }
     };
-    close(&decider, &req, false).await;
+    let decided = decided.map(|d| match d {
+        Decided::Answered(a) => route::HumanDecision::Answered {
+            principal: a.principal,
+            time: a.time,
+            digest: a.digest,
+            note: a.note,
+            answers: a.answers,
+        },
+        Decided::Expired(digest) => route::HumanDecision::Expired {
+            time: decision::rfc3339(SystemTime::now()),
+            digest,
+        },
+    });
     report.graded = match decided
         .and_then(|d| route::human_output(&task.name, spec, &d, &offered).map_err(|e| e.note()))
     {
@@ -642,6 +587,105 @@ pub(super) async fn decide_by_person(
     };
     report.secs = began.elapsed().as_secs_f64();
     report
+}
+
+/// What a person's decision came to.
+enum Decided {
+    /// An answer held to the request's rules ([`decision::check_answer`]).
+    Answered(decision::Answer),
+    /// The request expired unanswered, over the evidence of this digest.
+    Expired(String),
+}
+
+/// Why a wait for a decision ended without one.
+enum Unsettled {
+    /// The deadline or the operator's stop fell first.
+    Cut(Ended),
+    /// The one answering could not be reached, retries spent.
+    Transport(String),
+}
+
+/// Opens `req` with the run's decider and waits for its answer (or its expiry, counted from
+/// its first open), spending nothing; every answer, from whoever gives it, is held to the
+/// request's rules ([`decision::check_answer`]), and a refusal is the inner `Err`. The wait is
+/// bounded by `until` (an instant, and whether it is the task's own limit) and the operator's
+/// stop, which withdraws the request. A decider that cannot be reached is a transport failure,
+/// retried (each retry counted in `retries`) with a growing pause; it neither answers nor
+/// expires the request.
+async fn await_decision(
+    ctx: &Ctx,
+    req: decision::Request,
+    until: (Instant, bool),
+    abort: &mut watch::Receiver<Abort>,
+    retries: &mut u32,
+) -> Result<Result<Decided, String>, Unsettled> {
+    let decider = ctx
+        .decider
+        .clone()
+        .expect("admission requires someone to answer a decision");
+    let req = Arc::new(req);
+    let mut expires = decision::parse_time(&req.expires_at).unwrap_or_else(SystemTime::now);
+    let (mut opened, mut failures) = (false, 0u32);
+    let decided = loop {
+        let (d, r) = (decider.clone(), req.clone());
+        let (first, pause) = (!opened, Duration::from_secs(u64::from(failures)));
+        let poll_until = expires;
+        let call = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(pause);
+            match first {
+                true => d.open(&r),
+                false => d.poll(&r, poll_until),
+            }
+        });
+        let got = tokio::select! {
+            got = call => got.expect("a decider does not panic"),
+            _ = tokio::time::sleep_until(until.0) => {
+                close(&decider, &req, false).await;
+                return Err(Unsettled::Cut(if until.1 { Ended::TimedOut } else { Ended::WallClock }));
+            }
+            why = proc::wait_abort(abort) => {
+                close(&decider, &req, true).await;
+                return Err(Unsettled::Cut(proc::aborted(why)));
+            }
+        };
+        let polled = match got {
+            Ok(p) => p,
+            Err(DecideError::Refused(why)) => break Err(why),
+            Err(DecideError::Transport(cause)) => {
+                failures += 1;
+                if failures > crucible_plan::ceilings::TRANSPORT_RETRIES {
+                    close(&decider, &req, false).await;
+                    return Err(Unsettled::Transport(cause));
+                }
+                *retries += 1;
+                continue;
+            }
+        };
+        (opened, failures) = (true, 0);
+        // The request opened first holds: its digest and expiry, never a later one's.
+        let digest = polled.digest;
+        if let Some(at) = decision::parse_time(&polled.expires_at) {
+            expires = expires.min(at);
+        }
+        match polled.state {
+            decision::State::Answered(a) => {
+                break decision::check_answer(&req, &digest, &a)
+                    .map_err(|why| format!("human answer refused: {why}"))
+                    .map(|()| Decided::Answered(a))
+            }
+            decision::State::Expired => break Ok(Decided::Expired(digest)),
+            decision::State::Withdrawn => {
+                break Err("the decision request was withdrawn".to_string())
+            }
+            // Still open once its expiry passed: it expired unanswered.
+            decision::State::Open if SystemTime::now() >= expires => {
+                break Ok(Decided::Expired(digest))
+            }
+            decision::State::Open => {}
+        }
+    };
+    close(&decider, &req, false).await;
+    Ok(decided)
 }
 
 /// Tells the decider the engine stopped waiting on `req` (withdrawing it on a stop), off the
@@ -713,42 +757,119 @@ enum TurnError {
     Transport(String),
 }
 
-/// Puts a passing runbook turn's gates to the run's gatekeeper (issue 15), off the runtime:
-/// the decision (or why the turn fails), or how the wait was cut short: a person's wait is
-/// bounded by the attempt's deadline and the operator's stop like any attempt, and a gate cut
-/// short is never approved.
+/// Puts a passing runbook turn's gates, in checkpoint order, to a person as human decisions
+/// (issue 15, RFC-0002:C-HUMAN-DECISION) through the run's decider, the same seam and answer
+/// rules as a human route: one request per run, task and gate, over the stage's evidence
+/// ([`crate::runbook::gate_evidence`]), logged `decision_opened` as it opens. A resumed run's
+/// gate keeps the first open's times, so a resume never extends it. Each decision is recorded
+/// in `ledger`; the first gate not approved fails the turn, with why (rejected, expired, no
+/// answer, or a request that holds other evidence). The wait is bounded by the attempt's
+/// deadline and the operator's stop like any attempt, and a gate cut short is never approved.
 async fn gates(
     ctx: &Ctx,
     task: &Task,
-    rb: &crucible_plan::runbook::TaskRunbook,
+    (rb, cwd): (&crucible_plan::runbook::TaskRunbook, &std::path::Path),
     ledger: &mut crucible_plan::wire::RunbookLedger,
     deadline: Deadline,
     abort: &watch::Receiver<Abort>,
 ) -> Result<Result<(), String>, Ended> {
-    if rb.checkpoints.iter().all(|c| c.gate.is_none()) {
-        return Ok(Ok(()));
-    }
-    let keeper = ctx
-        .gatekeeper
-        .clone()
-        .expect("admission refuses a gate without a gatekeeper");
-    let (name, r, mut l) = (task.name.clone(), rb.clone(), ledger.clone());
-    let asked = tokio::task::spawn_blocking(move || {
-        let decided = crate::runbook::pass_gates(&name, &r, &mut l, keeper.as_ref());
-        (decided, l)
-    });
     let mut abort = abort.clone();
-    tokio::select! {
-        done = asked => {
-            let (decided, l) = done.expect("a gate does not panic");
-            *ledger = l;
-            Ok(decided)
+    for (c, rec) in rb.checkpoints.iter().zip(ledger.checkpoints.iter_mut()) {
+        let Some(gate) = &c.gate else { continue };
+        let route = crate::runbook::gate_route(&task.name, &gate.id);
+        let fail = |why: String| {
+            Ok(Err(format!(
+                "runbook `{}`: gate `{}` {why}",
+                rb.name, gate.id
+            )))
+        };
+        let (name, r, cp, g, dir) = (
+            task.name.clone(),
+            rb.clone(),
+            c.clone(),
+            gate.clone(),
+            cwd.to_path_buf(),
+        );
+        let bound = ctx.decision_bounds.evidence_bytes;
+        let built = tokio::task::spawn_blocking(move || {
+            crate::runbook::gate_evidence(&name, &r, &cp, &g, &dir, bound)
+        })
+        .await
+        .expect("reading evidence does not panic");
+        let (evidence, digest) = match built {
+            Ok(held) => held,
+            Err(why) => return fail(format!("cannot be put to a person: {why}")),
+        };
+        let folded = ctx.gates_opened.get(&route);
+        let (opened_at, expires_at) = match folded {
+            Some(o) => (o.opened_at.clone(), o.expires_at.clone()),
+            None => {
+                let now = SystemTime::now();
+                let left = deadline.at.saturating_duration_since(Instant::now());
+                (decision::rfc3339(now), decision::rfc3339(now + left))
+            }
+        };
+        if folded.is_none_or(|o| o.digest != digest) {
+            let file = (ctx.run_dir.join("decisions"))
+                .join(format!("{}.json", crate::files::dir_name(&route, None)));
+            let kept = std::fs::create_dir_all(file.parent().expect("a file has a parent"))
+                .and_then(|()| {
+                    std::fs::write(&file, crucible_plan::canonical::to_string(&evidence))
+                });
+            if let Err(e) = kept {
+                return fail(format!("cannot keep its evidence: {e}"));
+            }
+            let _ = ctx.tx.send(super::Msg::GateOpened(
+                crucible_plan::wire::DecisionOpened {
+                    task: task.name.clone(),
+                    gate: Some(gate.id.clone()),
+                    digest: digest.clone(),
+                    opened_at: opened_at.clone(),
+                    expires_at: expires_at.clone(),
+                    via: ctx.decider.as_ref().map_or("", |d| d.via()).to_string(),
+                },
+            ));
         }
-        _ = tokio::time::sleep_until(deadline.at) => {
-            Err(if deadline.own_limit { Ended::TimedOut } else { Ended::WallClock })
+        let req = decision::Request {
+            run: ctx.run_id.clone(),
+            route,
+            questions: vec![crate::runbook::gate_question(gate)],
+            evidence,
+            digest: digest.clone(),
+            opened_at,
+            expires_at,
+            max_note_bytes: ctx.decision_bounds.note_bytes,
+        };
+        let until = (deadline.at, deadline.own_limit);
+        let decided = match await_decision(ctx, req, until, &mut abort, &mut 0).await {
+            Ok(d) => d,
+            Err(Unsettled::Cut(cut)) => return Err(cut),
+            Err(Unsettled::Transport(cause)) => return fail(format!("got no decision: {cause}")),
+        };
+        let answer = match decided {
+            Err(why) => return fail(format!("got no decision: {why}")),
+            Ok(Decided::Expired(held)) | Ok(Decided::Answered(decision::Answer { digest: held, .. }))
+                if held != digest =>
+            {
+                return fail(format!(
+                    "has a request open over other evidence ({held}), from an earlier attempt; this turn's is {digest}"
+                ))
+            }
+            Ok(Decided::Expired(_)) => None,
+            Ok(Decided::Answered(a)) => Some(a),
+        };
+        let record = crate::runbook::gate_record(gate, &digest, answer.as_ref());
+        let approved = record.approved;
+        rec.gate = Some(record);
+        match (approved, answer) {
+            (true, _) => {}
+            (false, Some(a)) => return fail(format!("was rejected by {}", a.principal)),
+            (false, None) => {
+                return fail("expired unanswered; it is never passed without a decision".into())
+            }
         }
-        why = proc::wait_abort(&mut abort) => Err(proc::aborted(why)),
     }
+    Ok(Ok(()))
 }
 
 /// Runs one agent turn through its harness, reading its stream as it arrives, and grades it
