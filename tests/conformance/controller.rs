@@ -131,6 +131,12 @@ impl Server {
         }
     }
 
+    /// Kills the server (SIGKILL) and waits for it; `restart` starts it again.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub(crate) fn restart(&mut self, store: &Store) {
         self.restart_with(store, &[]);
     }

@@ -26,7 +26,7 @@ fn chain_after(a_secs: u32, b_secs: u32) -> String {
 }
 
 /// Registers a pack of one manifest in the platform team; returns its digest.
-fn push(server: &Server, name: &str, manifest: &str) -> String {
+pub(crate) fn push(server: &Server, name: &str, manifest: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("crucible.toml"), manifest).unwrap();
     let out = server.remote(&["pack", "push", dir.path().to_str().unwrap(), "--name", name]);

@@ -20,6 +20,7 @@ mod conformance_map;
 mod controller;
 mod controller_decisions;
 mod controller_runs;
+mod controller_standing;
 mod example_branching;
 mod examples;
 mod fanout;

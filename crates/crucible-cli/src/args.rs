@@ -111,6 +111,18 @@ pub struct ServeArgs {
     /// The largest pack upload, in bytes.
     #[arg(long = "max-upload", value_name = "BYTES", default_value_t = crucible_controller::DEFAULT_MAX_UPLOAD)]
     pub max_upload: u64,
+    /// The bound on the encoded history one task of a series run receives, e.g. 64KiB
+    /// (default: CRUCIBLE_HISTORY_MAX_BYTES, else 64 KiB); `GET /v1/settings` shows it.
+    #[arg(long = "history-max-bytes", value_name = "SIZE", value_parser = size)]
+    pub history_max_bytes: Option<u64>,
+    /// The URL clients reach this controller at, for the run links a series history carries
+    /// (default: http:// and the bound address).
+    #[arg(long = "public-url", value_name = "URL")]
+    pub public_url: Option<String>,
+    /// Tests only: a scheduler clock standing at this RFC 3339 time, moved by `POST /v1/clock`,
+    /// and no background scheduling.
+    #[arg(long = "test-clock", value_name = "TIME", hide = true)]
+    pub test_clock: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +154,58 @@ pub enum RemoteCommand {
     Logs(RemoteLogsArgs),
     /// Stop a running run: its attempts are killed and it ends `stopped`.
     Stop(RemoteRunArg),
+    /// Standing launches: a launch fired on a schedule or by hand, its runs a series.
+    #[command(subcommand)]
+    Standing(RemoteStandingCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteStandingCommand {
+    /// Create one, checked as its launch would be; prints its id.
+    #[command(after_help = STANDING_CREATE_FOOTER)]
+    Create(StandingCreateArgs),
+    /// The standing launches of your teams.
+    List,
+    /// One standing launch and its firings, newest first.
+    Show(StandingArg),
+    /// Fire it now (under the scheduler's policies); prints the firing.
+    Fire(StandingArg),
+    /// Stop its schedule firing.
+    Pause(StandingArg),
+    /// Let its schedule fire again from its next time.
+    Resume(StandingArg),
+    /// Delete it: it fires no more; its runs are kept.
+    Delete(StandingArg),
+}
+
+const STANDING_CREATE_FOOTER: &str = "\
+Examples:
+  crucible remote standing create nightly tree1:3f… --max-cost 1 --max-time 10m \\
+      --schedule '0 3 * * *' --timezone Europe/Paris --daily-max-cost 2
+  crucible remote standing create triage draft:triage --max-cost 0.5 --max-time 5m";
+
+#[derive(Args, Debug)]
+pub struct StandingCreateArgs {
+    /// Its name in the team.
+    pub name: String,
+    #[command(flatten)]
+    pub launch: LaunchSpec,
+    /// A five-field cron expression (minute hour day-of-month month day-of-week); none: fired
+    /// by hand only.
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// The schedule's IANA time zone (default UTC).
+    #[arg(long)]
+    pub timezone: Option<String>,
+    /// The series' spend cap per calendar day, in USD.
+    #[arg(long = "daily-max-cost", value_name = "USD", value_parser = cost)]
+    pub daily_max_cost: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub struct StandingArg {
+    /// The standing launch's id, as `remote standing list` prints it.
+    pub id: String,
 }
 
 const REMOTE_LAUNCH_FOOTER: &str = "\
@@ -156,6 +220,16 @@ with any other verdict; 1 refused, with the controller's reason; 2 a bad command
 
 #[derive(Args, Debug)]
 pub struct RemoteLaunchArgs {
+    #[command(flatten)]
+    pub spec: LaunchSpec,
+    /// Stream the run's rows as they settle and exit as `plan run` does.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// What a launch names and sets: `remote launch`'s and `remote standing create`'s.
+#[derive(Args, Debug)]
+pub struct LaunchSpec {
     /// A pack digest (`tree1:…`) or `draft:NAME`.
     pub pack: String,
     /// Required: the cost ceiling in USD.
@@ -173,9 +247,6 @@ pub struct RemoteLaunchArgs {
     /// The run's team (may be left out when you can edit in exactly one).
     #[arg(long)]
     pub team: Option<String>,
-    /// Stream the run's rows as they settle and exit as `plan run` does.
-    #[arg(long)]
-    pub follow: bool,
 }
 
 #[derive(Args, Debug)]
@@ -556,6 +627,10 @@ fn duration(text: &str) -> Result<u64, String> {
 
 fn series(text: &str) -> Result<String, String> {
     crucible_engine::series::check_name(text).map(|()| text.to_string())
+}
+
+fn size(text: &str) -> Result<u64, String> {
+    crucible_engine::files::parse_size(text).map_err(|e| e.to_string())
 }
 
 fn jobs(text: &str) -> Result<usize, String> {

@@ -62,6 +62,7 @@ fn main() -> ExitCode {
             RemoteCommand::Runs(a) => remote::runs(&r, a),
             RemoteCommand::Logs(a) => remote::logs(&r, a),
             RemoteCommand::Stop(a) => remote::stop(&r, a),
+            RemoteCommand::Standing(c) => remote::standing(&r, c),
         },
     };
     match result {

@@ -3,8 +3,9 @@
 //! controller's own reason.
 
 use crate::args::{
-    DraftSaveArgs, PushArgs, RemoteArgs, RemoteLaunchArgs, RemoteLogsArgs, RemoteRunArg,
-    RemoteRunsArgs, RemoteRunsCommand, ServeArgs,
+    DraftSaveArgs, LaunchSpec, PushArgs, RemoteArgs, RemoteLaunchArgs, RemoteLogsArgs,
+    RemoteRunArg, RemoteRunsArgs, RemoteRunsCommand, RemoteStandingCommand, ServeArgs,
+    StandingCreateArgs,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use crucible_plan::terminal::escape;
@@ -22,13 +23,23 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
         delivery_budget_bytes: a.delivery_budget,
         max_upload_bytes: a.max_upload,
         compiler: std::env::current_exe().context("locating the crucible executable")?,
+        public_url: a.public_url,
+        test_clock: a
+            .test_clock
+            .as_deref()
+            .map(crucible_controller::clock::parse_rfc3339)
+            .transpose()
+            .map_err(|e| anyhow!("--test-clock: {e}"))?,
         // Every run gets the operator's settings as `plan run` reads them, read once here.
         engine: crucible_controller::EngineSettings {
             inference: crate::run::inference_bindings()?,
             reports: crate::run::report_config()?,
             max_asks: crate::run::asks_bound()?,
             decision_bounds: crate::decide::bounds()?,
-            history_max_bytes: crate::run::history_bound()?,
+            history_max_bytes: match a.history_max_bytes {
+                Some(b) => b,
+                None => crate::run::history_bound()?,
+            },
             max_files_bytes: crate::compile::files_bound(None)?,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
@@ -180,7 +191,7 @@ fn upload(
     answer(request.send(&tar[..]), &r.server)
 }
 
-/// A GET or an empty POST to the controller, answered as JSON.
+/// A GET, a DELETE or a POST to the controller, answered as JSON.
 fn call(
     r: &RemoteArgs,
     method: &str,
@@ -192,6 +203,7 @@ fn call(
     let auth = format!("Bearer {token}");
     let response = match (method, json) {
         ("GET", _) => agent().get(&url).header("Authorization", &auth).call(),
+        ("DELETE", _) => agent().delete(&url).header("Authorization", &auth).call(),
         (_, Some(body)) => agent()
             .post(&url)
             .header("Authorization", &auth)
@@ -214,9 +226,8 @@ fn run_id(run: &str) -> Result<&str> {
     Ok(run)
 }
 
-/// `remote launch`: the launch, checked by the controller before it is accepted; prints the
-/// run id, and with `--follow` streams the run and exits as `plan run` does.
-pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
+/// A launch's JSON body: parameters and settings split by whether the name has a dot.
+fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
     let (mut params, mut settings) = (serde_json::Map::new(), serde_json::Map::new());
     for p in &a.params {
         let (k, v) = p
@@ -229,7 +240,7 @@ pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
         };
         into.insert(k.to_string(), v.into());
     }
-    let body = serde_json::json!({
+    Ok(serde_json::json!({
         "pack": a.pack,
         "team": a.team,
         "params": params,
@@ -237,7 +248,13 @@ pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
         "caps": a.caps,
         "max_cost": a.max_cost,
         "max_time": a.max_time.map(|s| format!("{s}s")),
-    });
+    }))
+}
+
+/// `remote launch`: the launch, checked by the controller before it is accepted; prints the
+/// run id, and with `--follow` streams the run and exits as `plan run` does.
+pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
+    let body = launch_body(&a.spec)?;
     let v = call(r, "POST", "/v1/launches", Some(&body))?;
     let id = v["id"].as_str().unwrap_or_default().to_string();
     eprintln!(
@@ -417,5 +434,109 @@ pub fn stop(r: &RemoteArgs, a: &RemoteRunArg) -> Result<ExitCode> {
         None,
     )?;
     eprintln!("stopping run {}", escape(&a.run));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One standing launch as a line: id, name, team, pack, schedule, state, next time.
+fn standing_line(s: &serde_json::Value) -> String {
+    let text = |k: &str| escape(s[k].as_str().unwrap_or("-"));
+    let schedule = match s["schedule"].as_str() {
+        Some(c) => format!("{} ({})", escape(c), text("timezone")),
+        None => "by hand".to_string(),
+    };
+    let state = if s["paused"] == true {
+        "paused"
+    } else {
+        "active"
+    };
+    format!(
+        "{}  {:<16} {:<12} {} {schedule} {state} next {}",
+        text("id"),
+        text("name"),
+        text("team"),
+        text("pack"),
+        text("next_at")
+    )
+}
+
+/// One firing as a line: when, why, what became of it.
+fn firing_line(f: &serde_json::Value) -> String {
+    let text = |k: &str| escape(f[k].as_str().unwrap_or("-"));
+    let what = match f["result"].as_str() {
+        Some("launched") => format!("launched run {}", text("run")),
+        _ => format!("{}: {}", text("result"), text("reason")),
+    };
+    format!("{} {:<8} {what}", text("at"), text("trigger"))
+}
+
+/// A standing launch id as a path segment (the controller's ids are UUIDs).
+fn standing_id(id: &str) -> Result<&str> {
+    run_id(id).map_err(|_| anyhow!("{} is not a standing launch id", escape(id)))
+}
+
+/// `remote standing …`.
+pub fn standing(r: &RemoteArgs, c: &RemoteStandingCommand) -> Result<ExitCode> {
+    match c {
+        RemoteStandingCommand::Create(a) => standing_create(r, a),
+        RemoteStandingCommand::List => {
+            let v = call(r, "GET", "/v1/standing", None)?;
+            for s in v["standing"].as_array().into_iter().flatten() {
+                println!("{}", standing_line(s));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RemoteStandingCommand::Show(a) => {
+            let v = call(
+                r,
+                "GET",
+                &format!("/v1/standing/{}", standing_id(&a.id)?),
+                None,
+            )?;
+            println!("{}", standing_line(&v));
+            for f in v["firings"].as_array().into_iter().flatten() {
+                println!("{}", firing_line(f));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RemoteStandingCommand::Fire(a) => {
+            let path = format!("/v1/standing/{}/fire", standing_id(&a.id)?);
+            let f = call(r, "POST", &path, None)?;
+            println!("{}", firing_line(&f));
+            Ok(if f["result"] == "launched" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        RemoteStandingCommand::Pause(a) | RemoteStandingCommand::Resume(a) => {
+            let action = match c {
+                RemoteStandingCommand::Pause(_) => "pause",
+                _ => "resume",
+            };
+            let path = format!("/v1/standing/{}/{action}", standing_id(&a.id)?);
+            println!("{}", standing_line(&call(r, "POST", &path, None)?));
+            Ok(ExitCode::SUCCESS)
+        }
+        RemoteStandingCommand::Delete(a) => {
+            call(
+                r,
+                "DELETE",
+                &format!("/v1/standing/{}", standing_id(&a.id)?),
+                None,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn standing_create(r: &RemoteArgs, a: &StandingCreateArgs) -> Result<ExitCode> {
+    let mut body = launch_body(&a.launch)?;
+    body["name"] = a.name.clone().into();
+    body["schedule"] = serde_json::json!(a.schedule);
+    body["timezone"] = serde_json::json!(a.timezone);
+    body["daily_max_cost"] = serde_json::json!(a.daily_max_cost);
+    let v = call(r, "POST", "/v1/standing", Some(&body))?;
+    eprintln!("{}", standing_line(&v));
+    println!("{}", escape(v["id"].as_str().unwrap_or_default()));
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! here, so the OpenAPI document served at `GET /v1/openapi.json` lists exactly the routes the
 //! controller answers, by construction.
 
-use crate::{audit, decisions, drafts, identity, launches, packs, runs, App};
+use crate::{audit, decisions, drafts, identity, launches, packs, runs, standing, App};
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
@@ -267,6 +267,53 @@ pub fn endpoints() -> Vec<Endpoint> {
             "/v1/runs/{id}/decisions/{route}/answer",
             "Answer a decision request (approvers): `{\"digest\", \"answers\": {question: [option, …]}, \"note\"}`; the first accepted answer is final",
             || post(decisions::answer),
+        )
+        .body(Body::Json),
+        op(
+            Post,
+            "/v1/standing",
+            "A standing launch (editors): a launch's fields with `\"name\"`, `\"schedule\"` (five-field cron; none: fired by hand), `\"timezone\"` (IANA, default UTC) and `\"daily_max_cost\"`, checked as its launch would be",
+            || post(standing::create),
+        )
+        .body(Body::Json),
+        op(Get, "/v1/standing", "The standing launches of the caller's teams", || {
+            get(standing::list)
+        }),
+        op(
+            Get,
+            "/v1/standing/{id}",
+            "One standing launch and its firings, newest first: launched, skipped or refused",
+            || get(standing::show),
+        ),
+        op(
+            Delete,
+            "/v1/standing/{id}",
+            "Delete a standing launch (editors): it fires no more; its runs are kept",
+            || delete(standing::delete),
+        ),
+        op(
+            Get,
+            "/v1/standing/{id}/history",
+            "The series history its next run would be handed now, and the size bound",
+            || get(standing::history),
+        ),
+        op(Post, "/v1/standing/{id}/pause", "Pause its schedule (editors)", || {
+            post(standing::pause)
+        }),
+        op(Post, "/v1/standing/{id}/resume", "Resume its schedule (editors)", || {
+            post(standing::resume)
+        }),
+        op(
+            Post,
+            "/v1/standing/{id}/fire",
+            "Fire it now (editors), under the scheduler's policies; answers the firing",
+            || post(standing::fire),
+        ),
+        op(
+            Post,
+            "/v1/clock",
+            "Tests only (a controller started with --test-clock; platform admins): set the scheduler's clock `{\"now\": RFC 3339}` and run one scheduler pass",
+            || post(standing::set_clock),
         )
         .body(Body::Json),
     ]

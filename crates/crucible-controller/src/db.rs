@@ -15,6 +15,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "drafts", include_str!("../migrations/0002_drafts.sql")),
     (3, "runs", include_str!("../migrations/0003_runs.sql")),
     (
+        4,
+        "standing",
+        include_str!("../migrations/0004_standing.sql"),
+    ),
+    (
         5,
         "pack_origins",
         include_str!("../migrations/0005_pack_origins.sql"),
@@ -36,6 +41,9 @@ pub const TREE_HOLDERS: &[(&str, &str)] = &[
     ("pack_revisions", "digest"),
     ("draft_versions", "digest"),
     ("runs", "digest"),
+    // A pinned standing launch's digest (`draft:NAME` names no tree); a deleted one keeps its
+    // row, and so its tree, for the runs that name it.
+    ("standing", "pack"),
 ];
 
 /// Every digest some row of `TREE_HOLDERS` records.

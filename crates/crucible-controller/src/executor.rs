@@ -12,6 +12,7 @@ use crate::db::now_ms;
 use crate::launches::{prepare, LaunchRequest, Refusal};
 use crate::App;
 use anyhow::{Context, Result};
+use crucible_engine::history::History;
 use crucible_engine::{Launch, Observer, RunError, RunErrorKind, RunRequest, RunSummary};
 use sqlx::AnyPool;
 use std::collections::HashMap;
@@ -159,11 +160,12 @@ pub async fn resume_all(app: &App) -> Result<()> {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    let rows: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT id, digest, request FROM runs WHERE state = 'running' ORDER BY id")
-            .fetch_all(&app.db)
-            .await?;
-    for (id, digest, request) in rows {
+    let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, digest, request, series_id FROM runs WHERE state = 'running' ORDER BY id",
+    )
+    .fetch_all(&app.db)
+    .await?;
+    for (id, digest, request, series) in rows {
         let launch: LaunchRequest = serde_json::from_str(&request)
             .with_context(|| format!("the recorded launch of run {id}"))?;
         let run_dir = app.runs_dir().join(&id);
@@ -171,7 +173,17 @@ pub async fn resume_all(app: &App) -> Result<()> {
             .bind(&id)
             .execute(&app.db)
             .await?;
-        match prepare(app, &run_dir, &digest, &launch, resumption(&run_dir)).await {
+        let mode = resumption(&run_dir);
+        // RFC-0002:C-RUN-HISTORY: a resumed run gives every task the history it was started
+        // with, which its engine kept in its run directory (`history.json`) and reads back; a
+        // series run whose engine never started gets its series' history as of now.
+        let history = match (&series, &mode) {
+            (Some(series), Launch::Fresh) => crate::scheduler::series_history(app, series)
+                .await
+                .map_err(|e| anyhow::anyhow!("the history of run {id}'s series: {e}"))?,
+            _ => History::none(app.config.engine.history_max_bytes),
+        };
+        match prepare(app, &run_dir, &digest, &launch, mode, history).await {
             Ok(req) => app.executor.dispatch(app.clone(), id, req),
             Err(refusal) => {
                 let why = match refusal {

@@ -41,7 +41,7 @@ impl Role {
         }
     }
 
-    fn parse(s: &str) -> Option<Role> {
+    pub fn parse(s: &str) -> Option<Role> {
         [Role::Viewer, Role::Editor, Role::Approver, Role::Admin]
             .into_iter()
             .find(|r| r.as_str() == s)

@@ -18,6 +18,7 @@ use crate::trees::{tree_dir, write_delivery};
 use crate::App;
 use axum::extract::State;
 use axum::Json;
+use crucible_engine::history::History;
 use crucible_engine::{Launch, RunErrorKind, RunRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -52,7 +53,7 @@ pub struct LaunchRequest {
 
 impl LaunchRequest {
     /// The compile's `--param` list: parameters as `name=value`, settings as `a.b=value`.
-    fn compile_params(&self) -> ApiResult<Vec<String>> {
+    pub(crate) fn compile_params(&self) -> ApiResult<Vec<String>> {
         let mut out = Vec::with_capacity(self.params.len() + self.settings.len());
         for (k, v) in &self.params {
             if k.is_empty() || k.contains(['.', '=']) {
@@ -75,7 +76,7 @@ impl LaunchRequest {
         Ok(out)
     }
 
-    fn max_secs(&self) -> ApiResult<Option<u64>> {
+    pub(crate) fn max_secs(&self) -> ApiResult<Option<u64>> {
         self.max_time
             .as_deref()
             .map(|t| {
@@ -124,6 +125,7 @@ pub(crate) async fn prepare(
     digest: &str,
     launch: &LaunchRequest,
     mode: Launch,
+    history: History,
 ) -> Result<RunRequest, Refusal> {
     let manifest_path = manifest_path(run_dir);
     if !manifest_path.is_file() {
@@ -161,7 +163,9 @@ pub(crate) async fn prepare(
         max_files_bytes: engine.max_files_bytes,
         launch: mode,
         inference: engine.inference.clone(),
-        history: crucible_engine::history::History::none(engine.history_max_bytes),
+        history,
+        // A series run's history is the controller's to supply (C-RUN-HISTORY), never a
+        // local series of the engine's.
         series: None,
         reports: engine.reports.clone(),
         max_asks: engine.max_asks,
@@ -275,8 +279,15 @@ fn unavailable(what: &str) -> ApiError {
 }
 
 /// The digests a launch may run, newest first, each with how the launch named it: one for a
-/// digest, every saved version for `draft:NAME`. Only the run's team's packs and drafts.
-async fn candidates(app: &App, team_id: &str, pack: &str) -> ApiResult<Vec<(String, String)>> {
+/// digest, every saved version for `draft:NAME`. Only the run's team's packs and drafts, and
+/// for a firing of a standing launch (`series`), the digest it is pinned to: its tree is kept
+/// for it (RFC-0002:C-PACK-BASE) and it runs while it is pinned, its pack deleted or not.
+async fn candidates(
+    app: &App,
+    team_id: &str,
+    pack: &str,
+    series: Option<&str>,
+) -> ApiResult<Vec<(String, String)>> {
     if let Some(name) = pack.strip_prefix("draft:") {
         let rows: Vec<(i64, String)> = sqlx::query_as(
             "SELECT v.version, v.digest FROM draft_versions v JOIN drafts d ON d.id = v.draft_id \
@@ -298,10 +309,12 @@ async fn candidates(app: &App, team_id: &str, pack: &str) -> ApiResult<Vec<(Stri
         "SELECT r.digest FROM pack_revisions r JOIN packs p ON p.id = r.pack_id \
          WHERE p.team_id = $1 AND r.digest = $2 \
          UNION SELECT v.digest FROM draft_versions v JOIN drafts d ON d.id = v.draft_id \
-         WHERE d.team_id = $1 AND v.digest = $2",
+         WHERE d.team_id = $1 AND v.digest = $2 \
+         UNION SELECT s.pack FROM standing s WHERE s.team_id = $1 AND s.pack = $2 AND s.id = $3",
     )
     .bind(team_id)
     .bind(pack)
+    .bind(series.unwrap_or_default())
     .fetch_optional(&app.db)
     .await?;
     match held {
@@ -321,6 +334,34 @@ pub async fn launch(
     let req: LaunchRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("the launch is not well-formed: {e}")))?;
     let (team, team_id) = editable_team(&caller, req.team.clone(), "launching a run")?;
+    let launcher = Launcher {
+        subject: &caller.id,
+        team_id: &team_id,
+        team: &team,
+        series: None,
+    };
+    let history = History::none(app.config.engine.history_max_bytes);
+    admit(&app, &launcher, &req, history).await.map(Json)
+}
+
+/// Who launches a run, for which team, and the series it belongs to (the standing launch that
+/// fired it), if any.
+pub(crate) struct Launcher<'a> {
+    pub subject: &'a str,
+    pub team_id: &'a str,
+    pub team: &'a str,
+    pub series: Option<&'a str>,
+}
+
+/// The one admission path of every launch, by hand or by a standing launch's firing: checks
+/// the launch as `plan run` would and, when nothing refuses it, records the run (state
+/// `running`) and dispatches it with `history`. A refused launch leaves no row and no file.
+pub(crate) async fn admit(
+    app: &App,
+    launcher: &Launcher<'_>,
+    req: &LaunchRequest,
+    history: History,
+) -> ApiResult<Value> {
     // Malformed parameters and ceilings are refused before any pack is touched.
     req.compile_params()?;
     req.max_secs()?;
@@ -328,18 +369,9 @@ pub async fn launch(
     let run_dir = app.runs_dir().join(&id);
     // The tree delivered stays stored until the run records its digest.
     let trees = app.trees_in_use().await;
-    let accepted = accept(&app, &team_id, &req, &run_dir).await;
+    let accepted = accept(app, launcher, req, &run_dir, history).await;
     let recorded = match accepted {
-        Ok(a) => record(
-            &app,
-            &caller,
-            &id,
-            (team_id.as_str(), team.as_str()),
-            &a,
-            &req,
-        )
-        .await
-        .map(|()| a),
+        Ok(a) => record(app, launcher, &id, &a, req).await.map(|()| a),
         Err(e) => Err(e),
     };
     let accepted = match recorded {
@@ -352,13 +384,35 @@ pub async fn launch(
     drop(trees);
     let answer = json!({
         "id": id,
-        "team": team,
+        "team": launcher.team,
         "digest": accepted.digest,
         "source": accepted.source,
+        "series": launcher.series,
         "state": "running",
     });
     app.executor.dispatch(app.clone(), id, accepted.engine);
-    Ok(Json(answer))
+    Ok(answer)
+}
+
+/// Checks a launch exactly as [`admit`] would, delivering into a scratch directory that is
+/// removed after: a standing launch is refused at creation for what its firings would be
+/// refused for. Records nothing.
+pub(crate) async fn check(app: &App, team_id: &str, req: &LaunchRequest) -> ApiResult<()> {
+    req.compile_params()?;
+    req.max_secs()?;
+    let scratch = app.tmp_dir().join(new_id());
+    let history = History::none(app.config.engine.history_max_bytes);
+    let trees = app.trees_in_use().await;
+    let launcher = Launcher {
+        subject: "",
+        team_id,
+        team: "",
+        series: None,
+    };
+    let checked = accept(app, &launcher, req, &scratch, history).await;
+    drop(trees);
+    let _ = std::fs::remove_dir_all(&scratch);
+    checked.map(|_| ())
 }
 
 /// A launch that passed every check: the digest it runs, how it was named, its engine request.
@@ -372,11 +426,12 @@ struct Accepted {
 /// compiles); the digest accepted, how the launch named it, and the engine request.
 async fn accept(
     app: &App,
-    team_id: &str,
+    launcher: &Launcher<'_>,
     req: &LaunchRequest,
     run_dir: &Path,
+    history: History,
 ) -> ApiResult<Accepted> {
-    let candidates = candidates(app, team_id, &req.pack).await?;
+    let candidates = candidates(app, launcher.team_id, &req.pack, launcher.series).await?;
     let mut first_failure = None;
     for (digest, source) in candidates {
         let _ = std::fs::remove_dir_all(run_dir);
@@ -389,7 +444,7 @@ async fn accept(
         tokio::task::spawn_blocking(move || deliver(&trees, &d, &pack, budget))
             .await
             .map_err(anyhow::Error::from)??;
-        match prepare(app, run_dir, &digest, req, Launch::Fresh).await {
+        match prepare(app, run_dir, &digest, req, Launch::Fresh, history.clone()).await {
             Ok(engine) => {
                 return Ok(Accepted {
                     digest,
@@ -413,32 +468,36 @@ async fn accept(
 /// dispatched: a restarted controller resumes exactly what is recorded running.
 async fn record(
     app: &App,
-    caller: &Caller,
+    launcher: &Launcher<'_>,
     id: &str,
-    (team_id, team): (&str, &str),
     a: &Accepted,
     req: &LaunchRequest,
 ) -> ApiResult<()> {
     let mut tx = app.db.begin().await?;
     sqlx::query(
         "INSERT INTO runs (id, team_id, subject_id, digest, source, request, state, dispatches, \
-         created_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7)",
+         created_at, series_id) VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7, $8)",
     )
     .bind(id)
-    .bind(team_id)
-    .bind(&caller.id)
+    .bind(launcher.team_id)
+    .bind(launcher.subject)
     .bind(&a.digest)
     .bind(&a.source)
     .bind(serde_json::to_string(req).map_err(anyhow::Error::from)?)
     .bind(now_ms())
+    .bind(launcher.series)
     .execute(&mut *tx)
     .await?;
+    let series = match launcher.series {
+        Some(s) => format!(", fired by standing launch {s}"),
+        None => String::new(),
+    };
     audit::record(
         &mut tx,
-        &caller.id,
+        launcher.subject,
         "run.launch",
-        &format!("run:{team}/{id}"),
-        &format!("{} ({})", a.digest, a.source),
+        &format!("run:{}/{id}", launcher.team),
+        &format!("{} ({}){series}", a.digest, a.source),
     )
     .await?;
     tx.commit().await?;

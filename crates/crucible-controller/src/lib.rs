@@ -6,12 +6,15 @@
 //! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `packs` (registration and
 //! reading), `drafts` (versions on a base, with provenance), `launches` (a launch checked and
 //! delivered), `executor` (runs on the embedded engine, resumed after a restart) and `runs`
-//! (reading and stopping runs, their logs and their event stream); `api` routes them all and
-//! describes them in the OpenAPI document.
+//! (reading and stopping runs, their logs and their event stream), `standing` (standing
+//! launches, issue 13), `scheduler` (their firings, policies and series history,
+//! RFC-0002:C-RUN-HISTORY) on `clock`; `api` routes them all and describes them in the OpenAPI
+//! document.
 
 pub mod api;
 pub use api::router;
 pub mod audit;
+pub mod clock;
 pub mod collect;
 pub mod db;
 pub mod decisions;
@@ -22,6 +25,8 @@ pub mod identity;
 pub mod launches;
 pub mod packs;
 pub mod runs;
+pub mod scheduler;
+pub mod standing;
 pub mod trees;
 
 use anyhow::{Context, Result};
@@ -56,6 +61,12 @@ pub struct Config {
     pub compiler: PathBuf,
     /// What every run gets from the operator, as `plan run` takes it from its environment.
     pub engine: EngineSettings,
+    /// The URL clients reach this controller at, for the links a series history carries
+    /// (RFC-0002:C-RUN-HISTORY); `None` is `http://` and the bound address.
+    pub public_url: Option<String>,
+    /// Tests only: a clock standing at this time (Unix millis), moved by `POST /v1/clock`,
+    /// and no background scheduler loop (`clock`).
+    pub test_clock: Option<i64>,
 }
 
 /// The operator's settings for the runs the controller executes (read once, at start).
@@ -81,6 +92,14 @@ pub struct App {
     pub executor: Arc<executor::Executor>,
     /// Held shared by every use of a stored tree, exclusively by collection (`collect`).
     pub trees: collect::TreesLock,
+    /// The scheduler's clock.
+    pub clock: Arc<clock::Clock>,
+    /// The URL runs are linked at (`Config::public_url`, else the bound address), no trailing
+    /// slash.
+    pub base_url: Arc<str>,
+    /// One lock per standing launch, held while it fires: two firings of one series never
+    /// decide at once.
+    pub series_locks: Arc<scheduler::SeriesLocks>,
 }
 
 impl App {
@@ -97,6 +116,11 @@ impl App {
     /// (`state/`).
     pub fn runs_dir(&self) -> PathBuf {
         self.config.state_dir.join("runs")
+    }
+
+    /// The controller-owned link to a run (RFC-0002:C-RUN-HISTORY).
+    pub fn run_link(&self, id: &str) -> String {
+        format!("{}/v1/runs/{id}", self.base_url)
     }
 }
 
@@ -116,7 +140,8 @@ pub fn admin_token_file(state_dir: &std::path::Path) -> PathBuf {
 }
 
 /// `GET /v1/settings`: the limits in force, the delivery budget among them (C-PACK-BASE:
-/// the budget is declared and retrievable).
+/// the budget is declared and retrievable) and the bound on the history a task of a series
+/// run receives (C-RUN-HISTORY: discoverable before a run starts).
 pub(crate) async fn settings(
     State(app): State<App>,
     _caller: identity::Caller,
@@ -124,6 +149,9 @@ pub(crate) async fn settings(
     Json(serde_json::json!({
         "delivery_budget_bytes": app.config.delivery_budget_bytes,
         "max_upload_bytes": app.config.max_upload_bytes,
+        "history_max_bytes": app.config.engine.history_max_bytes,
+        "history_max_records": crucible_plan::ceilings::MAX_HISTORY,
+        "test_clock": app.clock.is_test(),
     }))
 }
 
@@ -150,22 +178,38 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
         .unwrap_or_else(|| db::default_url(state));
     let pool = db::open(&url).await?;
     let bootstrapped = identity::bootstrap(&pool, &admin_token_file(state)).await?;
+    // Bound first, for the address run links carry; nothing answers before `ready`.
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .with_context(|| format!("binding {}", config.addr))?;
+    let bound = listener.local_addr()?;
+    let base_url = match &config.public_url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None => format!("http://{bound}"),
+    };
+    let clock = match config.test_clock {
+        Some(start) => clock::Clock::test(start),
+        None => clock::Clock::system(),
+    };
     let app = App {
         db: pool,
         config: Arc::new(config),
         executor: Arc::default(),
         trees: Arc::default(),
+        clock: Arc::new(clock),
+        base_url: base_url.into(),
+        series_locks: Arc::default(),
     };
     // RFC-0002:C-PACK-BASE: trees nothing records any more (or never did: a recording that
     // failed) are removed before the controller answers anyone, then every hour.
     collect::collect(&app).await?;
     collect::every_period(app.clone());
-    let listener = tokio::net::TcpListener::bind(app.config.addr)
-        .await
-        .with_context(|| format!("binding {}", app.config.addr))?;
-    ready(listener.local_addr()?, db::describe(&url), bootstrapped);
+    ready(bound, db::describe(&url), bootstrapped);
     // RFC-0002:C-PLAYBOOK-RESUME: the runs a controller that stopped was executing go on.
     executor::resume_all(&app).await?;
+    if !app.clock.is_test() {
+        tokio::spawn(scheduler::tick_loop(app.clone()));
+    }
     axum::serve(listener, router(app))
         .await
         .context("serving")?;

@@ -37,11 +37,12 @@ struct Recorded {
     dispatches: i64,
     created_at: i64,
     ended_at: Option<i64>,
+    series: Option<String>,
 }
 
 const SELECT: &str = "SELECT r.id, r.team_id, t.name AS team, u.name AS launched_by, r.digest, \
      r.source, r.request, r.state, r.outcome, r.verdict, r.reason, r.dispatches, r.created_at, \
-     r.ended_at FROM runs r JOIN subjects t ON t.id = r.team_id \
+     r.ended_at, r.series_id FROM runs r JOIN subjects t ON t.id = r.team_id \
      JOIN subjects u ON u.id = r.subject_id";
 
 impl Recorded {
@@ -62,6 +63,7 @@ impl Recorded {
             dispatches: r.try_get("dispatches")?,
             created_at: r.try_get("created_at")?,
             ended_at: r.try_get("ended_at")?,
+            series: r.try_get("series_id")?,
         })
     }
 
@@ -79,6 +81,7 @@ impl Recorded {
             "reason": self.reason,
             "created_at_ms": self.created_at,
             "ended_at_ms": self.ended_at,
+            "series": self.series,
         })
     }
 }
@@ -108,7 +111,7 @@ pub(crate) async fn readable_team(
 }
 
 /// The engine's directory of the run, once its engine has started it.
-fn engine_dir(app: &App, id: &str) -> Option<PathBuf> {
+pub(crate) fn engine_dir(app: &App, id: &str) -> Option<PathBuf> {
     let state = app.runs_dir().join(id).join("state");
     let engine_run = crucible_engine::state::current(&state)?;
     crucible_engine::state::run_dir(&state, &engine_run).ok()
@@ -154,10 +157,7 @@ pub async fn show(
         Event::Shutdown(s) => Some(s),
         _ => None,
     });
-    let spent: f64 = match shutdown {
-        Some(s) => s.spent_usd,
-        None => rows.iter().map(|r| r.cost_usd).sum(),
-    };
+    let spent = spent_of(&lines);
     let mut out = run.summary();
     out["request"] = run.request.clone();
     out["dispatches"] = json!(run.dispatches);
@@ -170,6 +170,32 @@ pub async fn show(
     out["spent_usd"] = json!(spent);
     out["shutdown"] = json!(shutdown);
     Ok(Json(out))
+}
+
+/// What a run spent as its session log says: the shutdown's figure, else (still running, or
+/// ended without one) the sum of its settled rows.
+fn spent_of(lines: &[crucible_plan::wire::Line]) -> f64 {
+    let shutdown = lines.iter().rev().find_map(|l| match &l.event {
+        Event::Shutdown(s) => Some(s.spent_usd),
+        _ => None,
+    });
+    shutdown.unwrap_or_else(|| {
+        lines
+            .iter()
+            .map(|l| match &l.event {
+                Event::TaskResult(r) => r.cost_usd,
+                _ => 0.0,
+            })
+            .sum()
+    })
+}
+
+/// What run `id` spent so far (zero before its engine started).
+pub(crate) fn spent_usd(app: &App, id: &str) -> f64 {
+    match engine_dir(app, id) {
+        Some(d) => spent_of(&crucible_engine::state::read_log(&d)),
+        None => 0.0,
+    }
 }
 
 /// `GET /v1/runs/{id}/log`: the run's session log, as the engine wrote it (JSON lines).
