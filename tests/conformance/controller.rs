@@ -219,7 +219,7 @@ impl Server {
         v["token"].as_str().unwrap().to_string()
     }
 
-    fn archive(&self, id: &str, query: &str, token: &str) -> (u16, Vec<u8>) {
+    pub(crate) fn archive(&self, id: &str, query: &str, token: &str) -> (u16, Vec<u8>) {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()

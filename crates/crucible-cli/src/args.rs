@@ -123,6 +123,17 @@ pub struct ServeArgs {
     /// and no background scheduling.
     #[arg(long = "test-clock", value_name = "TIME", hide = true)]
     pub test_clock: Option<String>,
+    /// Publish every registered, imported and draft-graduated pack to this OCI repository
+    /// (`http[s]://HOST[:PORT]/NAME`, docs/controller.md); none by default.
+    #[arg(long, value_name = "URL")]
+    pub registry: Option<String>,
+    /// A file holding `USER:PASSWORD` for the registry (Basic authentication).
+    #[arg(
+        long = "registry-credentials",
+        value_name = "FILE",
+        requires = "registry"
+    )]
+    pub registry_credentials: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -300,6 +311,14 @@ pub struct DraftSaveArgs {
 pub enum RemotePackCommand {
     /// Register a pack directory (a new revision when the name exists); prints its digest.
     Push(PushArgs),
+    /// The packs you can read that record a digest: revisions, provenance, publication state.
+    Show(PackShowArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PackShowArgs {
+    /// The pack digest (`tree1:…`).
+    pub digest: String,
 }
 
 #[derive(Args, Debug)]

@@ -14,6 +14,7 @@ mod inspect;
 mod live;
 mod picture;
 mod remote;
+mod remote_pack;
 mod run;
 mod runbook;
 
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         Command::LaunchPlan(a) => compile::launch_plan(&a),
         Command::Remote(r) => match &r.command {
             RemoteCommand::Pack(RemotePackCommand::Push(a)) => remote::pack_push(&r, a),
+            RemoteCommand::Pack(RemotePackCommand::Show(a)) => remote_pack::show(&r, a),
             RemoteCommand::Draft(RemoteDraftCommand::Save(a)) => remote::draft_save(&r, a),
             RemoteCommand::Launch(a) => remote::launch(&r, a),
             RemoteCommand::Runs(a) => remote::runs(&r, a),

@@ -31,6 +31,7 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             .transpose()
             .map_err(|e| anyhow!("--test-clock: {e}"))?,
         // Every run gets the operator's settings as `plan run` reads them, read once here.
+        registry: crate::remote_pack::registry(a.registry, a.registry_credentials.as_deref())?,
         engine: crucible_controller::EngineSettings {
             inference: crate::run::inference_bindings()?,
             reports: crate::run::report_config()?,
@@ -192,7 +193,7 @@ fn upload(
 }
 
 /// A GET, a DELETE or a POST to the controller, answered as JSON.
-fn call(
+pub(crate) fn call(
     r: &RemoteArgs,
     method: &str,
     path: &str,

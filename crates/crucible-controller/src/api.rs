@@ -2,7 +2,7 @@
 //! here, so the OpenAPI document served at `GET /v1/openapi.json` lists exactly the routes the
 //! controller answers, by construction.
 
-use crate::{audit, decisions, drafts, identity, launches, packs, runs, standing, App};
+use crate::{audit, decisions, drafts, identity, launches, packs, publish, runs, standing, App};
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
@@ -186,6 +186,19 @@ pub fn endpoints() -> Vec<Endpoint> {
         )
         .query(&[("digest", "one of the pack's revisions; the current one when left out")])
         .answer(Answer::Gzip),
+        op(
+            Post,
+            "/v1/packs/{id}/publication",
+            "Publish a revision to the pack registry again now (editors): a failed publication is retried",
+            || post(publish::retry),
+        )
+        .query(&[("digest", "one of the pack's revisions; the current one when left out")]),
+        op(
+            Get,
+            "/v1/digests/{digest}",
+            "A digest's publication state and the readable packs recording it, with their revisions",
+            || get(publish::by_digest),
+        ),
         op(Post, "/v1/drafts", "Save the next version of a draft, on a base or whole", || {
             post(drafts::save)
         })

@@ -29,6 +29,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "decisions",
         include_str!("../migrations/0006_decisions.sql"),
     ),
+    (
+        10,
+        "publications",
+        include_str!("../migrations/0010_publications.sql"),
+    ),
 ];
 
 /// Every column that records a pack tree's digest (RFC-0002:C-PACK-BASE): a stored tree is

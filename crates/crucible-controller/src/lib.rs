@@ -23,7 +23,9 @@ pub mod error;
 pub mod executor;
 pub mod identity;
 pub mod launches;
+pub mod oci;
 pub mod packs;
+pub mod publish;
 pub mod runs;
 pub mod scheduler;
 pub mod standing;
@@ -67,6 +69,8 @@ pub struct Config {
     /// Tests only: a clock standing at this time (Unix millis), moved by `POST /v1/clock`,
     /// and no background scheduler loop (`clock`).
     pub test_clock: Option<i64>,
+    /// The pack registry packs are published to (RFC-0002:C-PACK-PUBLISH); none by default.
+    pub registry: Option<publish::RegistryConfig>,
 }
 
 /// The operator's settings for the runs the controller executes (read once, at start).
@@ -100,6 +104,8 @@ pub struct App {
     /// One lock per standing launch, held while it fires: two firings of one series never
     /// decide at once.
     pub series_locks: Arc<scheduler::SeriesLocks>,
+    /// Wakes the OCI publication worker (`publish`).
+    pub publisher: Arc<publish::Publisher>,
 }
 
 impl App {
@@ -199,11 +205,13 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
         clock: Arc::new(clock),
         base_url: base_url.into(),
         series_locks: Arc::default(),
+        publisher: Arc::default(),
     };
     // RFC-0002:C-PACK-BASE: trees nothing records any more (or never did: a recording that
     // failed) are removed before the controller answers anyone, then every hour.
     collect::collect(&app).await?;
     collect::every_period(app.clone());
+    publish::start(&app).await?;
     ready(bound, db::describe(&url), bootstrapped);
     // RFC-0002:C-PLAYBOOK-RESUME: the runs a controller that stopped was executing go on.
     executor::resume_all(&app).await?;

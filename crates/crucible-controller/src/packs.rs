@@ -224,6 +224,7 @@ pub(crate) async fn record_revision(
         .await?;
     }
     tx.commit().await.map_err(raced)?;
+    app.publication_due(); // RFC-0002:C-PACK-PUBLISH (publish.rs)
     Ok(json!({
         "id": pack_id,
         "team": team,
@@ -360,7 +361,11 @@ pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Valu
 }
 
 /// The pack's team and current digest, when the caller may read it; otherwise not found.
-async fn readable(app: &App, caller: &Caller, id: &str) -> ApiResult<(String, String, String)> {
+pub(crate) async fn readable(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<(String, String, String)> {
     let not_found = || ApiError::NotFound(format!("pack `{}`", id.escape_debug()));
     let row = sqlx::query(
         "SELECT p.team_id, s.name AS team, p.name, p.current_digest FROM packs p \
@@ -397,9 +402,11 @@ pub async fn show(
     for r in rows {
         let ignored: Value = serde_json::from_str(&r.try_get::<String, _>("ignored")?)
             .map_err(anyhow::Error::from)?;
+        let digest: String = r.try_get("digest")?;
         revisions.push(json!({
             "revision": r.try_get::<i64, _>("seq")?,
-            "digest": r.try_get::<String, _>("digest")?,
+            "publication": crate::publish::state_json(&app.db, &digest).await?,
+            "digest": digest,
             "delivered_bytes": r.try_get::<i64, _>("delivered_bytes")?,
             "ignored": ignored,
             "at_ms": r.try_get::<i64, _>("created_at")?,

@@ -1,0 +1,212 @@
+//! A small OCI distribution client (RFC-0002:C-PACK-PUBLISH): the six calls publication makes
+//! (HEAD and GET a manifest, HEAD a blob, start and finish a blob upload, PUT a manifest) over
+//! the blocking `ureq` client the workspace already builds, run on the blocking pool. It is a
+//! client of one repository, `http[s]://HOST[:PORT]/NAME/SPACE`, with Basic credentials or
+//! none (docs/decisions.md: why not `oci-client`, and why Basic only).
+//!
+//! Every failure is classified as the clause does: a network error, 429 or any 5xx is
+//! transient; any other answer is permanent.
+
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+
+/// The OCI image manifest's media type: sent as `Accept` on every manifest HEAD and GET (the
+/// CNCF distribution 2.8 registry answers 404 for an existing OCI manifest without it).
+pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The OCI empty config: `{}`.
+pub const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
+pub const EMPTY_CONFIG: &[u8] = b"{}";
+/// Every layer's media type.
+pub const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// How a registry call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// A network error, 429 or 5xx: retried with backoff.
+    Transient(String),
+    /// Any other registry answer: retried only when someone asks.
+    Permanent(String),
+}
+
+impl Failure {
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Transient(m) | Failure::Permanent(m) => m,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Failure>;
+
+/// `sha256:<hex>` of some bytes: an OCI content digest.
+pub fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// One repository on one registry.
+#[derive(Clone)]
+pub struct Repository {
+    /// `http://host:port` (no trailing slash).
+    origin: String,
+    /// The repository's name, e.g. `crucible/packs`.
+    name: String,
+    /// `Basic …`, from the credentials file.
+    authorization: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Repository {
+    /// From the configured URL (`http://127.0.0.1:5000/crucible/packs`) and optional
+    /// `USER:PASSWORD` credentials.
+    pub fn new(url: &str, credentials: Option<&str>) -> anyhow::Result<Repository> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .filter(|(s, _)| matches!(*s, "http" | "https"))
+            .ok_or_else(|| {
+                anyhow::anyhow!("the registry URL must start with http:// or https://")
+            })?;
+        let (host, name) = rest
+            .split_once('/')
+            .ok_or_else(|| anyhow::anyhow!("the registry URL must name a repository path"))?;
+        let name = name.trim_end_matches('/');
+        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c);
+        if host.is_empty() || name.is_empty() || !name.chars().all(ok) {
+            anyhow::bail!("the registry URL must be http[s]://HOST[:PORT]/REPOSITORY (lowercase)");
+        }
+        let authorization = credentials.map(|c| {
+            use base64::Engine;
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(c)
+            )
+        });
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_global(Some(Duration::from_secs(300)))
+            .build()
+            .into();
+        Ok(Repository {
+            origin: format!("{scheme}://{host}"),
+            name: name.to_string(),
+            authorization,
+            agent,
+        })
+    }
+
+    fn url(&self, tail: &str) -> String {
+        format!("{}/v2/{}/{tail}", self.origin, self.name)
+    }
+
+    fn with_auth<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.authorization {
+            Some(a) => req.header("Authorization", a),
+            None => req,
+        }
+    }
+
+    /// The digest of the manifest `tag` names, or `None` when there is no such tag.
+    pub fn manifest_digest(&self, tag: &str) -> Result<Option<String>> {
+        let what = format!("HEAD manifest {tag}");
+        let req = self
+            .agent
+            .head(self.url(&format!("manifests/{tag}")))
+            .header("Accept", MANIFEST_TYPE);
+        let r = checked(self.with_auth(req).call(), &what, &[404])?;
+        if r.status().as_u16() == 404 {
+            return Ok(None);
+        }
+        match header(&r, "Docker-Content-Digest") {
+            Some(d) => Ok(Some(d)),
+            None => Ok(Some(sha256(&self.manifest(tag)?))),
+        }
+    }
+
+    /// The bytes of the manifest `reference` (a tag or digest) names.
+    pub fn manifest(&self, reference: &str) -> Result<Vec<u8>> {
+        let what = format!("GET manifest {reference}");
+        let req = self
+            .agent
+            .get(self.url(&format!("manifests/{reference}")))
+            .header("Accept", MANIFEST_TYPE);
+        let mut r = checked(self.with_auth(req).call(), &what, &[])?;
+        r.body_mut()
+            .with_config()
+            .limit(4 << 20)
+            .read_to_vec()
+            .map_err(|e| Failure::Transient(format!("{what}: {e}")))
+    }
+
+    /// Uploads a blob unless the repository already holds it.
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<()> {
+        let digest = sha256(bytes);
+        let what = format!("HEAD blob {digest}");
+        let head = self.with_auth(self.agent.head(self.url(&format!("blobs/{digest}"))));
+        if checked(head.call(), &what, &[404])?.status().as_u16() != 404 {
+            return Ok(());
+        }
+        let what = format!("starting the upload of {digest}");
+        let start = self.with_auth(self.agent.post(self.url("blobs/uploads/")));
+        let r = checked(start.send_empty(), &what, &[])?;
+        let location = header(&r, "Location")
+            .ok_or_else(|| Failure::Permanent(format!("{what}: no Location in the answer")))?;
+        let location = if location.starts_with('/') {
+            format!("{}{location}", self.origin)
+        } else {
+            location
+        };
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let what = format!("uploading {digest}");
+        let put = self
+            .agent
+            .put(format!("{location}{sep}digest={digest}"))
+            .header("Content-Type", "application/octet-stream");
+        checked(self.with_auth(put).send(bytes), &what, &[])?;
+        Ok(())
+    }
+
+    /// Puts a manifest under `tag`; the digest the registry gives it.
+    pub fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {
+        let what = format!("PUT manifest {tag}");
+        let put = self
+            .agent
+            .put(self.url(&format!("manifests/{tag}")))
+            .header("Content-Type", MANIFEST_TYPE);
+        let r = checked(self.with_auth(put).send(bytes), &what, &[])?;
+        Ok(header(&r, "Docker-Content-Digest").unwrap_or_else(|| sha256(bytes)))
+    }
+}
+
+fn header(r: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// The answer when it succeeded (or is one of `allowed`), else the failure it is: a network
+/// error, 429 and 5xx transient, anything else permanent, with the registry's error text.
+fn checked(
+    response: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    what: &str,
+    allowed: &[u16],
+) -> Result<ureq::http::Response<ureq::Body>> {
+    let mut r = response.map_err(|e| Failure::Transient(format!("{what}: {e}")))?;
+    let status = r.status().as_u16();
+    if r.status().is_success() || allowed.contains(&status) {
+        return Ok(r);
+    }
+    let body = r
+        .body_mut()
+        .with_config()
+        .limit(4096)
+        .read_to_string()
+        .unwrap_or_default();
+    let text: String = body.trim().chars().take(300).collect();
+    let message = format!("{what}: the registry answered {status} {text}");
+    if status == 429 || status >= 500 {
+        Err(Failure::Transient(message))
+    } else {
+        Err(Failure::Permanent(message))
+    }
+}
