@@ -232,7 +232,8 @@ fn the_effect_classes_bound_the_turn_through_the_sandbox() {
 // What a runbook forbids that nothing here can take away, or needs that nothing here can give,
 // is refused before dispatch, by `plan run` and by `check` alike, in the same words: a turn that
 // must not start processes, a sandbox opted out of, a harness CLI that needs the network for its
-// model, required tools no harness reports, and a gate with no one to answer it (stdin here
+// model, a tool allow-list the harness has no flag for (codex) or a tool it does not have,
+// required tools no harness reports, and a gate with no one to answer it (stdin here
 // is not a terminal, and no controller is named).
 #[test]
 fn what_a_runbook_needs_that_cannot_be_enforced_is_refused_before_dispatch() {
@@ -242,7 +243,24 @@ fn what_a_runbook_needs_that_cannot_be_enforced_is_refused_before_dispatch() {
         "\"requiredCapabilities\": []",
         "\"requiredCapabilities\": [\"read\"]",
     );
-    let cases: [(String, &str, &[&str], &str); 5] = [
+    let tools = |names: &[&str]| {
+        let mut effects = EVERY_EFFECT.to_vec();
+        effects.extend_from_slice(names);
+        contract("triage", &effects, false, false)
+    };
+    let cases: [(String, &str, &[&str], &str); 7] = [
+        (
+            tools(&["tool:read"]),
+            "harness = \"codex\"",
+            &[],
+            "task `triage` runs runbook `triage`, which allows only the tool(s) read: codex has no flag that limits its tools, so it cannot be held to an allow-list",
+        ),
+        (
+            tools(&["tool:read", "tool:Glob"]),
+            "harness = \"pi\"",
+            &[],
+            "task `triage` runs runbook `triage`, which allows only the tool(s) read, Glob: pi has no tool `Glob` (its tools are read, bash, edit, write, grep, find, ls)",
+        ),
         (
             contract("triage", &read_write, false, false),
             "",
@@ -755,4 +773,57 @@ fn the_runbook_example_on_a_real_agent_cli() {
         .map(|s| s.conversation())
         .collect::<String>();
     assert!(said.contains("Read-only file system"), "{said}");
+}
+
+// Issue 15, `tool:<name>` classes on the real CLIs against the scripted endpoint: the runbook's
+// allow-list reaches the CLI as its own flag (Claude Code's `--tools`/`--allowedTools`, pi's
+// `--tools`), so the model is offered exactly those tools; a call to a tool left out (the
+// shell) is refused by the CLI and never runs, while the allowed write does. The sandbox stays
+// the boundary; the flags are a layer inside it.
+#[test]
+fn a_runbook_tool_allow_list_reaches_the_cli_and_holds() {
+    use crate::agents::{CLAUDE, PI};
+    for (cli, offered) in [(&CLAUDE, ["Read", "Write"]), (&PI, ["read", "write"])] {
+        let wf = "triage = skill(name = \"triage\", runbook = \"runbooks/triage\")\nworkflow([triage])\n";
+        let Some(p) = cli.pack(wf) else { continue };
+        let mut effects = EVERY_EFFECT.to_vec();
+        effects.extend(["tool:read", "tool:write"]);
+        bundle(&p, "triage", &contract("triage", &effects, false, false));
+        let model = crate::model_double::ModelDouble::with_default(serde_json::json!({
+            "write": {"PLAN_TASK_RESULT.json": "{\"summary\": \"done\"}"},
+            "bash": "touch bashed"}));
+        let r = cli.run(&p, &model, &[]);
+        assert_eq!(r.code, 0, "{}: {r:?}", cli.name);
+        let calls = model.scripted_calls();
+        assert!(!calls.is_empty(), "{}: no model call", cli.name);
+        for c in &calls {
+            let mut names: Vec<String> = (c.body["tools"].as_array().into_iter().flatten())
+                .map(|t| {
+                    t["name"]
+                        .as_str()
+                        .or(t["function"]["name"].as_str())
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect();
+            names.sort();
+            assert_eq!(names, offered, "{}: the tools offered", cli.name);
+        }
+        let mut stack = vec![p.path().to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                assert_ne!(e.file_name(), "bashed", "{}: the shell ran", cli.name);
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+        let said: String = model.requests().iter().map(|s| s.conversation()).collect();
+        assert!(
+            said.contains("touch bashed"),
+            "{}: the shell was asked for",
+            cli.name
+        );
+        assert_eq!(p.row("triage")["status"], "pass", "{}", cli.name);
+    }
 }

@@ -101,6 +101,9 @@ pub struct TurnSettings {
     pub harness: Option<String>,
     pub model: Option<String>,
     pub effort: Option<String>,
+    /// The only tools the turn may use, by the harness's own names (a runbook's `tool:<name>`
+    /// classes, issue 15); `None` leaves the harness its own tools.
+    pub tools: Option<Vec<String>>,
 }
 
 /// A turn's result object and the spend it reported.

@@ -118,13 +118,18 @@ pub fn admission(
         }),
     };
     // Issue 15: what a runbook forbids or needs that this run cannot enforce or give.
-    let how = crate::runbook::Enforcement {
-        sandboxed,
-        command_backend: agent_cmd.is_some(),
-        can_ask: sub.decider.is_some(),
-    };
     for t in &plan.tasks {
         if let Some(rb) = &t.runbook {
+            let harness = (sub.harness)
+                .or(t.harness.as_deref())
+                .or(manifest.manifest.agent.harness.as_deref())
+                .and_then(|n| HarnessKind::parse(n).ok());
+            let how = crate::runbook::Enforcement {
+                sandboxed,
+                command_backend: agent_cmd.is_some(),
+                harness,
+                can_ask: sub.decider.is_some(),
+            };
             refused.extend(crate::runbook::unenforceable(&t.name, rb, how));
         }
     }

@@ -99,6 +99,8 @@ pub struct Enforcement {
     pub sandboxed: bool,
     /// Agent turns run on the command backend (`agent_cmd`), not a harness CLI.
     pub command_backend: bool,
+    /// The harness CLI this task's turns run on, where admission could resolve one.
+    pub harness: Option<crucible_agent::harness::HarnessKind>,
     /// Someone answers the run's decisions (a terminal or a controller), so a gate can be put.
     pub can_ask: bool,
 }
@@ -129,6 +131,14 @@ pub fn unenforceable(task: &str, rb: &TaskRunbook, how: Enforcement) -> Vec<Stri
         out.push(format!(
             "{at}, which leaves out `network`: a harness CLI reaches its model over the network, and the sandbox cannot take the network from its tools alone; allow `network`, or run it on the command backend"
         ));
+    }
+    if let (Some(tools), Some(kind), false) = (rb.tools(), how.harness, how.command_backend) {
+        if let Err(why) = kind.allow_list(&tools) {
+            out.push(format!(
+                "{at}, which allows only the tool(s) {}: {why}; run it on a harness that can (claude, pi), or allow `*`",
+                tools.join(", ")
+            ));
+        }
     }
     if forbids(PROCESS_EXEC) {
         out.push(format!(

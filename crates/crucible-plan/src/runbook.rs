@@ -28,6 +28,19 @@ impl TaskRunbook {
     pub fn allows(&self, class: &str) -> bool {
         self.effects.iter().any(|e| e == class || e == "*")
     }
+
+    /// The tools a turn may use, where the contract lists `tool:<name>` classes and does not
+    /// allow everything (`*`): the harness is given exactly these. `None`: the harness's own.
+    pub fn tools(&self) -> Option<Vec<String>> {
+        if self.effects.iter().any(|e| e == "*") {
+            return None;
+        }
+        let tools: Vec<String> = (self.effects.iter())
+            .filter_map(|e| e.strip_prefix("tool:"))
+            .map(str::to_string)
+            .collect();
+        (!tools.is_empty()).then_some(tools)
+    }
 }
 
 /// A deterministic check on the run's files, made when the turn claims success.

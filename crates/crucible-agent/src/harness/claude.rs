@@ -1,7 +1,9 @@
 //! Claude Code (`@anthropic-ai/claude-code`, pinned in [`super::HarnessKind::package`]) in
 //! print mode with a `stream-json` stream (design/AGENT-HARNESSES.md §1):
 //! `claude -p <prompt> --output-format stream-json --verbose --permission-mode acceptEdits
-//! --allowedTools Bash [--model M] [--effort E] [--resume SID]`, cwd the workspace.
+//! --allowedTools Bash [--model M] [--effort E] [--resume SID]`, cwd the workspace; a turn held
+//! to an allow-list (a runbook's `tool:<name>` classes) gets `--tools L --allowedTools L`
+//! instead of `--allowedTools Bash`.
 //!
 //! - Endpoint: `ANTHROPIC_BASE_URL` (the binding's URL, speaking `messages`) and
 //!   `ANTHROPIC_API_KEY`; config in `CLAUDE_CONFIG_DIR` under the run's state directory.
@@ -36,9 +38,24 @@ impl Harness for Claude {
             "--verbose".into(),
             "--permission-mode".into(),
             "acceptEdits".into(),
-            "--allowedTools".into(),
-            "Bash".into(),
         ];
+        match turn.settings.tools.as_deref() {
+            // Only these tools are offered (`--tools`), and each is allowed without a prompt
+            // (`--allowedTools`), so a turn never stalls on one it was given.
+            Some(names) => {
+                let list = super::HarnessKind::Claude
+                    .allow_list(names)
+                    .unwrap_or_default()
+                    .join(",");
+                argv.extend([
+                    "--tools".into(),
+                    list.clone(),
+                    "--allowedTools".into(),
+                    list,
+                ]);
+            }
+            None => argv.extend(["--allowedTools".into(), "Bash".into()]),
+        }
         if let Some(model) = self.setup.model(turn) {
             argv.extend(["--model".into(), model.to_string()]);
         }

@@ -122,6 +122,70 @@ impl HarnessKind {
         }
     }
 
+    /// The built-in tools the harness can be limited to by its own allow-list flag (Claude
+    /// Code's `--tools`/`--allowedTools`, pi's `--tools`), by the names it gives them; `None`
+    /// where it has no such flag (codex offers its shell and patch tools whatever it is told).
+    pub fn tools(self) -> Option<&'static [&'static str]> {
+        match self {
+            // Claude Code 2.1.197's built-in tools, as it offers them to the model.
+            HarnessKind::Claude => Some(&[
+                "Agent",
+                "Bash",
+                "CronCreate",
+                "CronDelete",
+                "CronList",
+                "Edit",
+                "EnterWorktree",
+                "ExitWorktree",
+                "NotebookEdit",
+                "Read",
+                "ReportFindings",
+                "ScheduleWakeup",
+                "SendMessage",
+                "Skill",
+                "TaskCreate",
+                "TaskGet",
+                "TaskList",
+                "TaskOutput",
+                "TaskStop",
+                "TaskUpdate",
+                "WebFetch",
+                "WebSearch",
+                "Workflow",
+                "Write",
+            ]),
+            HarnessKind::Codex => None,
+            HarnessKind::Pi => Some(&["read", "bash", "edit", "write", "grep", "find", "ls"]),
+        }
+    }
+
+    /// `names` as the harness spells its tools (matched without regard to case), or why it
+    /// cannot be limited to them.
+    pub fn allow_list(self, names: &[String]) -> Result<Vec<&'static str>, String> {
+        let Some(known) = self.tools() else {
+            return Err(format!(
+                "{} has no flag that limits its tools, so it cannot be held to an allow-list",
+                self.name()
+            ));
+        };
+        names
+            .iter()
+            .map(|n| {
+                known
+                    .iter()
+                    .copied()
+                    .find(|k| k.eq_ignore_ascii_case(n))
+                    .ok_or_else(|| {
+                        format!(
+                            "{} has no tool `{n}` (its tools are {})",
+                            self.name(),
+                            known.join(", ")
+                        )
+                    })
+            })
+            .collect()
+    }
+
     /// The npm package and version the harness is pinned to.
     pub fn package(self) -> (&'static str, &'static str) {
         match self {
@@ -329,5 +393,36 @@ fn prompt_arg(turn: &Turn<'_>) -> String {
             "Your task is too long for the command line: read the file {} and do what it says.",
             turn.prompt_file.display()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HarnessKind;
+
+    // Issue 15: a runbook's `tool:<name>` classes as each harness spells its tools, matched
+    // without regard to case; a tool a harness lacks, or a harness with no allow-list flag, is
+    // said so (admission refuses it before dispatch).
+    #[test]
+    fn allow_lists_in_each_harness_spelling() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            HarnessKind::Claude.allow_list(&names(&["read", "WRITE"])),
+            Ok(vec!["Read", "Write"])
+        );
+        assert_eq!(
+            HarnessKind::Pi.allow_list(&names(&["Read", "bash"])),
+            Ok(vec!["read", "bash"])
+        );
+        assert!(HarnessKind::Pi
+            .allow_list(&names(&["Glob"]))
+            .unwrap_err()
+            .starts_with("pi has no tool `Glob`"));
+        assert_eq!(
+            HarnessKind::Codex
+                .allow_list(&names(&["read"]))
+                .unwrap_err(),
+            "codex has no flag that limits its tools, so it cannot be held to an allow-list"
+        );
     }
 }

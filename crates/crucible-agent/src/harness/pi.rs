@@ -1,6 +1,6 @@
 //! The pi coding agent (`@mariozechner/pi-coding-agent`, pinned in
 //! [`super::HarnessKind::package`]) in JSON mode (design/AGENT-HARNESSES.md §3):
-//! `pi -p --mode json [--provider crucible --model M] [--thinking E] [--session ID] <prompt>`, cwd the
+//! `pi -p --mode json [--provider crucible --model M] [--thinking E] [--session ID] [--tools L] <prompt>`, cwd the
 //! workspace, `PI_CODING_AGENT_DIR` under the run's state directory.
 //!
 //! - Endpoint: a `crucible` provider in `<dir>/models.json` at the binding's URL, speaking its
@@ -130,6 +130,11 @@ impl Harness for Pi {
         }
         if let Some(id) = turn.resume {
             argv.extend(["--session".into(), id.to_string()]);
+        }
+        if let Some(names) = turn.settings.tools.as_deref() {
+            // pi's allow-list: only these tools are enabled.
+            let list = super::HarnessKind::Pi.allow_list(names).unwrap_or_default();
+            argv.extend(["--tools".into(), list.join(",")]);
         }
         argv.push(prompt_arg(turn));
         let mut env = self.setup.env(turn);

@@ -119,6 +119,7 @@ pub(super) async fn run(
                 .or(ctx.default_model.as_ref())
                 .cloned(),
             effort: task.effort.clone().or_else(|| ctx.default_effort.clone()),
+            tools: task.runbook.as_ref().and_then(|rb| rb.tools()),
         };
         let session = task.session.as_ref().map(|name| Session {
             name: name.clone(),
