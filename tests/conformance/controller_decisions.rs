@@ -257,3 +257,85 @@ fn an_approver_answers_a_runs_decision_through_the_api() {
         );
     }
 }
+
+// RFC-0002:C-HUMAN-DECISION for a runbook's gate (issue 15) under a real `crucible serve`: the
+// gate's request (`TASK:GATE`) is listed to the team's approvers with the stage's evidence,
+// answered through the same endpoint and rules as a route's, and the task settles on it.
+#[test]
+fn an_approver_answers_a_runbook_gate_through_the_api() {
+    const CONTRACT: &str = r#"{"schemaVersion": 1, "name": "triage", "version": "1.0.0",
+  "description": "Triage", "invocation": "explicit", "requiredCapabilities": [],
+  "allowedEffectClasses": ["filesystem.read", "filesystem.write", "process.exec", "network"],
+  "artifacts": [{"name": "plan", "path": "results/plan.md", "stage": "plan"}],
+  "checkpoints": [{"stage": "plan", "summary": "Plan ready", "artifactPaths": ["results/plan.md"],
+    "gate": {"id": "approve-plan", "prompt": "Approve the plan"}}]}"#;
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let rita = server.team_with_user("red", "rita", "editor");
+        let ann = member(&server, "red", "ann", "approver");
+        let tar = tar_of(&[
+            file(
+                "crucible.toml",
+                "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[agent]\nbackend = \"command\"\nagent_cmd = '''mkdir -p results; printf 'the plan' > results/plan.md; echo '{\"summary\": \"done\"}' > PLAN_TASK_RESULT.json'''\n",
+            ),
+            file(
+                "workflow.star",
+                "triage = skill(name = \"triage\", runbook = \"runbooks/triage\")\nworkflow([triage])\n",
+            ),
+            file("runbooks/triage/runbook.json", CONTRACT),
+            file("runbooks/triage/RUNBOOK.md", "# Triage\n\nWrite a plan.\n"),
+        ]);
+        let (s, v) = server.call("POST", "/v1/packs?name=rb&team=red", &rita, Some(&tar));
+        assert_eq!(s, 200, "{}: {v}", server.store);
+        let digest = v["digest"].as_str().unwrap().to_string();
+        let (s, v) = launch(
+            &server,
+            &rita,
+            json!({ "pack": digest, "max_cost": 1, "max_time": "1m" }),
+        );
+        assert_eq!(s, 200, "{}: {v}", server.store);
+        let run = v["id"].as_str().unwrap().to_string();
+        let path = format!("/v1/runs/{run}/decisions/triage:approve-plan");
+        let until = Instant::now() + Duration::from_secs(60);
+        let shown = loop {
+            let (s, v) = server.get(&path, &ann);
+            if s == 200 {
+                break v;
+            }
+            assert!(
+                Instant::now() < until,
+                "{}: the gate never opened",
+                server.store
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(shown["state"], "open", "{shown}");
+        assert_eq!(
+            shown["evidence"]["stage"],
+            json!({"name": "plan", "summary": "Plan ready"})
+        );
+        assert_eq!(shown["evidence"]["artifacts"][0]["text"], "the plan");
+        let (s, v) = server.post_json(
+            &format!("{path}/answer"),
+            &ann,
+            json!({"digest": shown["digest"], "answers": {"approve": ["maybe"]}}),
+        );
+        assert_eq!(s, 422, "{v}");
+        let (s, v) = server.post_json(
+            &format!("{path}/answer"),
+            &ann,
+            json!({"digest": shown["digest"], "answers": {"approve": ["yes"]}, "note": "ok"}),
+        );
+        assert_eq!(s, 200, "{v}");
+        let v = wait_run(&server, &run, ended);
+        assert_eq!(v["verdict"], "valid", "{}: {v}", server.store);
+        let row = (v["rows"].as_array().unwrap().iter())
+            .find(|r| r["task"] == "triage")
+            .unwrap()
+            .clone();
+        let gate = &row["runbook"]["checkpoints"][0]["gate"];
+        assert_eq!(gate["approved"], true, "{row}");
+        assert_eq!(gate["by"], "user:ann");
+        assert_eq!(gate["digest"], shown["digest"]);
+    }
+}
