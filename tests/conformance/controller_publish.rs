@@ -21,7 +21,7 @@ const EMPTY_CONFIG_DIGEST: &str =
     "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
 
 /// A `docker-registry serve` on a free loopback port, its store in a temporary directory.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     origin: String,
@@ -31,7 +31,7 @@ struct Registry {
 impl Registry {
     /// The running registry, or `None` (with a message) when the binary is absent and the run
     /// does not require it.
-    fn start() -> Option<Registry> {
+    pub(crate) fn start() -> Option<Registry> {
         let bin = "docker-registry";
         if Command::new(bin).arg("--version").output().is_err() {
             assert!(
@@ -96,7 +96,7 @@ impl Registry {
     }
 
     /// The repository the controller publishes to.
-    fn repo(&self) -> String {
+    pub(crate) fn repo(&self) -> String {
         format!("{}/crucible/packs", self.origin)
     }
 
@@ -342,7 +342,7 @@ fn relay(
 
 /// Polls the pack's revision `rev` (1-based; 0 the last) until its publication state is
 /// `want`; returns that state.
-fn publication(server: &Server, pack: &str, rev: usize, want: &str) -> Value {
+pub(crate) fn publication(server: &Server, pack: &str, rev: usize, want: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (s, v) = server.get(&format!("/v1/packs/{pack}"), &server.admin);

@@ -19,6 +19,7 @@ mod compile_bombs;
 mod conformance_map;
 mod controller;
 mod controller_decisions;
+mod controller_kube;
 mod controller_publish;
 mod controller_runs;
 mod controller_standing;

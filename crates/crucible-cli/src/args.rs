@@ -134,6 +134,9 @@ pub struct ServeArgs {
         requires = "registry"
     )]
     pub registry_credentials: Option<PathBuf>,
+    /// A TOML file of Kubernetes dispatch targets (`[[target]]`, docs/kubernetes.md).
+    #[arg(long, value_name = "FILE")]
+    pub targets: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +162,8 @@ pub enum RemoteCommand {
     /// Launch a run of a pack digest, or of `draft:NAME` (its latest version that compiles).
     #[command(after_help = REMOTE_LAUNCH_FOOTER)]
     Launch(RemoteLaunchArgs),
+    /// Print the Kubernetes objects a launch on a target would create, as YAML, creating nothing.
+    Render(RemoteRenderArgs),
     /// The runs of your teams, newest first, or one with `runs show RUN`.
     Runs(RemoteRunsArgs),
     /// Print the kept stdout and stderr of a run's tasks (all of them, or one).
@@ -256,6 +261,27 @@ pub struct LaunchSpec {
     #[arg(long = "cap", value_name = "CAP")]
     pub caps: Vec<String>,
     /// The run's team (may be left out when you can edit in exactly one).
+    #[arg(long)]
+    pub team: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteRenderArgs {
+    /// A pack digest (`tree1:…`) or `draft:NAME`.
+    pub pack: String,
+    /// The Kubernetes target's name (`GET /v1/settings` lists them).
+    #[arg(long)]
+    pub target: String,
+    /// The cost ceiling in USD.
+    #[arg(long = "max-cost", value_name = "USD")]
+    pub max_cost: f64,
+    /// The wall-clock ceiling (`90s`, `10m`, `1h30m`).
+    #[arg(long = "max-time", value_name = "DUR")]
+    pub max_time: String,
+    /// A parameter value (`name=value`), or a launch setting (`task.model=…`); repeatable.
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    /// The team (may be left out when you can edit in exactly one).
     #[arg(long)]
     pub team: Option<String>,
 }

@@ -61,6 +61,7 @@ fn main() -> ExitCode {
             RemoteCommand::Pack(RemotePackCommand::Show(a)) => remote_pack::show(&r, a),
             RemoteCommand::Draft(RemoteDraftCommand::Save(a)) => remote::draft_save(&r, a),
             RemoteCommand::Launch(a) => remote::launch(&r, a),
+            RemoteCommand::Render(a) => remote_pack::render(&r, a),
             RemoteCommand::Runs(a) => remote::runs(&r, a),
             RemoteCommand::Logs(a) => remote::logs(&r, a),
             RemoteCommand::Stop(a) => remote::stop(&r, a),

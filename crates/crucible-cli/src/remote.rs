@@ -32,6 +32,10 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             .map_err(|e| anyhow!("--test-clock: {e}"))?,
         // Every run gets the operator's settings as `plan run` reads them, read once here.
         registry: crate::remote_pack::registry(a.registry, a.registry_credentials.as_deref())?,
+        targets: match &a.targets {
+            Some(file) => crucible_controller::kube::load_targets(file)?,
+            None => Vec::new(),
+        },
         engine: crucible_controller::EngineSettings {
             inference: crate::run::inference_bindings()?,
             reports: crate::run::report_config()?,

@@ -2,7 +2,7 @@
 //! a digest's packs, their revisions with provenance and publication state; the registry
 //! settings read at start.
 
-use crate::args::{PackShowArgs, RemoteArgs};
+use crate::args::{PackShowArgs, RemoteArgs, RemoteRenderArgs};
 use anyhow::{Context, Result};
 use crucible_plan::terminal::escape;
 use serde_json::Value;
@@ -100,5 +100,36 @@ pub fn show(r: &RemoteArgs, a: &PackShowArgs) -> Result<ExitCode> {
             }
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crucible remote render`: the objects a launch on a Kubernetes target would create, printed
+/// as the controller rendered them (YAML documents); how the pack is delivered on stderr.
+pub fn render(r: &RemoteArgs, a: &RemoteRenderArgs) -> Result<ExitCode> {
+    let mut params = serde_json::Map::new();
+    let mut settings = serde_json::Map::new();
+    for p in &a.params {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--param {p}: expected NAME=VALUE"))?;
+        let into = if k.contains('.') {
+            &mut settings
+        } else {
+            &mut params
+        };
+        into.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    let body = serde_json::json!({
+        "target": a.target, "pack": a.pack, "team": a.team, "params": params,
+        "settings": settings, "max_cost": a.max_cost, "max_time": a.max_time,
+    });
+    let answer = crate::remote::call(r, "POST", "/v1/render", Some(&body))?;
+    eprintln!(
+        "{} on target {}: the pack delivered by {}",
+        escape(answer["digest"].as_str().unwrap_or_default()),
+        escape(answer["target"].as_str().unwrap_or_default()),
+        escape(answer["delivery"].as_str().unwrap_or_default()),
+    );
+    print!("{}", answer["yaml"].as_str().unwrap_or_default());
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,9 @@
 //! here, so the OpenAPI document served at `GET /v1/openapi.json` lists exactly the routes the
 //! controller answers, by construction.
 
-use crate::{audit, decisions, drafts, identity, launches, packs, publish, runs, standing, App};
+use crate::{
+    audit, decisions, drafts, identity, kube, launches, packs, publish, runs, standing, App,
+};
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
@@ -199,6 +201,13 @@ pub fn endpoints() -> Vec<Endpoint> {
             "A digest's publication state and the readable packs recording it, with their revisions",
             || get(publish::by_digest),
         ),
+        op(
+            Post,
+            "/v1/render",
+            "The Kubernetes objects a launch on a target would create, as YAML, creating nothing: `{\"target\", \"pack\", \"team\", \"params\", \"settings\", \"max_cost\", \"max_time\"}`",
+            || post(kube::render),
+        )
+        .body(Body::Json),
         op(Post, "/v1/drafts", "Save the next version of a draft, on a base or whole", || {
             post(drafts::save)
         })

@@ -282,7 +282,7 @@ fn unavailable(what: &str) -> ApiError {
 /// digest, every saved version for `draft:NAME`. Only the run's team's packs and drafts, and
 /// for a firing of a standing launch (`series`), the digest it is pinned to: its tree is kept
 /// for it (RFC-0002:C-PACK-BASE) and it runs while it is pinned, its pack deleted or not.
-async fn candidates(
+pub(crate) async fn candidates(
     app: &App,
     team_id: &str,
     pack: &str,

@@ -22,6 +22,7 @@ pub mod drafts;
 pub mod error;
 pub mod executor;
 pub mod identity;
+pub mod kube;
 pub mod launches;
 pub mod oci;
 pub mod packs;
@@ -71,6 +72,8 @@ pub struct Config {
     pub test_clock: Option<i64>,
     /// The pack registry packs are published to (RFC-0002:C-PACK-PUBLISH); none by default.
     pub registry: Option<publish::RegistryConfig>,
+    /// The Kubernetes dispatch targets (issue 17; `kube`), besides `local`.
+    pub targets: Vec<kube::Target>,
 }
 
 /// The operator's settings for the runs the controller executes (read once, at start).
@@ -158,6 +161,7 @@ pub(crate) async fn settings(
         "history_max_bytes": app.config.engine.history_max_bytes,
         "history_max_records": crucible_plan::ceilings::MAX_HISTORY,
         "test_clock": app.clock.is_test(),
+        "targets": kube::targets_json(&app.config.targets),
     }))
 }
 

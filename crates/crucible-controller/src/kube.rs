@@ -1,0 +1,465 @@
+//! Kubernetes dispatch targets (issue 17; RFC-0002:C-PACK-PUBLISH delivery, C-PACK-BASE budget):
+//! the targets an operator configures (`crucible serve --targets FILE`) and the objects a
+//! launch on one becomes, rendered by `POST /v1/render` (`crucible remote render`) without
+//! creating anything: a Job running `crucible plan run` on the delivered pack, a claim for the
+//! run's state (so a pod the Job starts again resumes the run), and the pack as a ConfigMap
+//! holding the gzipped tar (checked against the delivery budget) or, for a registry-trusted
+//! target that can mount OCI artifacts and a published pack, an image volume of the recorded
+//! manifest digest. Objects are k8s-openapi's typed ones for Kubernetes 1.33.
+
+use crate::error::{ApiError, ApiResult};
+use crate::identity::Caller;
+use crate::launches::LaunchRequest;
+use crate::packs::editable_team;
+use crate::trees::{tree_dir, within_budget, write_delivery};
+use crate::App;
+use axum::extract::State;
+use axum::Json;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
+    ImageVolumeSource, LocalObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// One Kubernetes dispatch target, as the operator's targets file declares it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// The name launches give (`local` is the controller's own executor and is reserved).
+    pub name: String,
+    /// The kubeconfig context the controller reaches the cluster by.
+    pub context: String,
+    pub namespace: String,
+    /// The image whose `crucible` runs the Job (it needs `sh` and `tar` for ConfigMap
+    /// delivery).
+    pub image: String,
+    /// Registry-trusted: may pull packs from the pack registry. Only the operator's file
+    /// (the platform administrators') sets it.
+    #[serde(default)]
+    pub registry_trusted: bool,
+    /// The cluster mounts OCI artifacts as image volumes (Kubernetes 1.33+ with ImageVolume).
+    #[serde(default)]
+    pub image_volumes: bool,
+    /// The Secret (in `namespace`) holding the pack registry's pull credentials: used by a
+    /// registry-trusted target only.
+    #[serde(default)]
+    pub pull_secret: Option<String>,
+    /// The service account the run's pod runs as (default: the namespace's `default`).
+    #[serde(default)]
+    pub service_account: Option<String>,
+    /// The size of the run's state claim (default `1Gi`) and its storage class.
+    #[serde(default)]
+    pub state_size: Option<String>,
+    #[serde(default)]
+    pub storage_class: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetsFile {
+    #[serde(default)]
+    target: Vec<Target>,
+}
+
+/// Reads the targets file: `[[target]]` tables, each name a DNS-1123 label other than `local`,
+/// and no name twice.
+pub fn load_targets(path: &std::path::Path) -> anyhow::Result<Vec<Target>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let file: TargetsFile =
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut seen = std::collections::BTreeSet::new();
+    for t in &file.target {
+        anyhow::ensure!(
+            dns_label(&t.name) && t.name != "local",
+            "{}: the target name `{}` must be a DNS-1123 label other than `local`",
+            path.display(),
+            t.name.escape_debug()
+        );
+        anyhow::ensure!(
+            dns_label(&t.namespace),
+            "{}: target `{}`: the namespace must be a DNS-1123 label",
+            path.display(),
+            t.name
+        );
+        anyhow::ensure!(
+            seen.insert(t.name.clone()),
+            "{}: target `{}` twice",
+            path.display(),
+            t.name
+        );
+    }
+    Ok(file.target)
+}
+
+/// The targets as `GET /v1/settings` lists them: `local`, then each configured one.
+pub fn targets_json(targets: &[Target]) -> Value {
+    let mut out = vec![json!({ "name": "local", "kind": "local" })];
+    out.extend(targets.iter().map(|t| {
+        json!({
+            "name": t.name, "kind": "kubernetes", "context": t.context,
+            "namespace": t.namespace, "registry_trusted": t.registry_trusted,
+            "image_volumes": t.image_volumes,
+        })
+    }));
+    Value::Array(out)
+}
+
+fn dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Where a launch's pack comes from in the pod.
+enum Delivery {
+    /// The gzipped tar, as a ConfigMap's binary data.
+    ConfigMap(Vec<u8>),
+    /// An image volume of `registry/repo@manifest`.
+    Image(String),
+}
+
+/// `POST /v1/render` (editors): the objects a launch on a Kubernetes target would create, as
+/// YAML, created nowhere. Refused over the delivery budget when the pack would go as a
+/// ConfigMap, naming the budget and the size.
+pub async fn render(
+    State(app): State<App>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    // A launch with its target (not `#[serde(flatten)]`: with serde_json's arbitrary
+    // precision, which starlark turns on, a flattened f64 does not deserialize).
+    let malformed =
+        |e: serde_json::Error| ApiError::BadRequest(format!("the render is not well-formed: {e}"));
+    let mut body: Value = serde_json::from_slice(&body).map_err(malformed)?;
+    let target_name = match body.as_object_mut().and_then(|o| o.remove("target")) {
+        Some(Value::String(t)) => t,
+        _ => return Err(ApiError::BadRequest("the render names no `target`".into())),
+    };
+    let launch: LaunchRequest = serde_json::from_value(body).map_err(malformed)?;
+    let launch = &launch;
+    let (_, team_id) = editable_team(&caller, launch.team.clone(), "rendering a launch")?;
+    let params = launch.compile_params()?;
+    let secs = launch
+        .max_secs()?
+        .ok_or_else(|| ApiError::Refused("a launch needs --max-time".into()))?;
+    let cost = launch
+        .max_cost
+        .ok_or_else(|| ApiError::Refused("a launch needs --max-cost".into()))?;
+    if target_name == "local" {
+        return Err(ApiError::Refused(
+            "the target `local` runs on the controller itself: there is nothing to render".into(),
+        ));
+    }
+    let target = app
+        .config
+        .targets
+        .iter()
+        .find(|t| t.name == target_name)
+        .ok_or_else(|| ApiError::NotFound(format!("target `{}`", target_name.escape_debug())))?
+        .clone();
+    let _trees = app.trees_in_use().await;
+    let (digest, _) = crate::launches::candidates(&app, &team_id, &launch.pack, None)
+        .await?
+        .into_iter()
+        .next()
+        .expect("candidates are never empty");
+    let published: Option<String> = sqlx::query_scalar(
+        "SELECT manifest_digest FROM publications WHERE digest = $1 AND state = 'published'",
+    )
+    .bind(&digest)
+    .fetch_optional(&app.db)
+    .await?
+    .flatten();
+    // RFC-0002:C-PACK-PUBLISH: an image volume only for a registry-trusted target that can
+    // mount OCI artifacts, of a published pack, by its recorded manifest digest.
+    let image = match (&app.config.registry, published) {
+        (Some(registry), Some(manifest)) if target.registry_trusted && target.image_volumes => {
+            let repo = registry.url.split_once("://").map_or("", |(_, r)| r);
+            Some(format!("{}@{manifest}", repo.trim_end_matches('/')))
+        }
+        _ => None,
+    };
+    let delivery = match image {
+        Some(reference) => Delivery::Image(reference),
+        None => {
+            let tree = tree_dir(&app.trees_dir(), &digest)
+                .filter(|t| t.is_dir())
+                .ok_or_else(|| anyhow::anyhow!("the stored tree of {digest} is missing"))?;
+            let archive = tokio::task::spawn_blocking(move || write_delivery(&tree, Vec::new()))
+                .await
+                .map_err(anyhow::Error::from)??;
+            within_budget(archive.len() as u64, app.config.delivery_budget_bytes)?;
+            Delivery::ConfigMap(archive)
+        }
+    };
+    let how = match delivery {
+        Delivery::ConfigMap(_) => "configmap",
+        Delivery::Image(_) => "image-volume",
+    };
+    let objects = objects(&target, &digest, &params, cost, secs, delivery);
+    let mut yaml = String::new();
+    for o in objects {
+        yaml.push_str("---\n");
+        yaml.push_str(&o.map_err(|e: serde_yaml::Error| anyhow::anyhow!("rendering: {e}"))?);
+    }
+    Ok(Json(json!({
+        "target": target.name,
+        "digest": digest,
+        "delivery": how,
+        "yaml": yaml,
+    })))
+}
+
+/// Labels every rendered object carries.
+fn labels() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/managed-by".into(), "crucible".into()),
+        ("app.kubernetes.io/name".into(), "crucible-run".into()),
+    ])
+}
+
+fn meta(name: &str, target: &Target, digest: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(target.namespace.clone()),
+        labels: Some(labels()),
+        annotations: Some(BTreeMap::from([
+            ("dev.crucible/pack-digest".into(), digest.into()),
+            ("dev.crucible/target".into(), target.name.clone()),
+        ])),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The objects of one launch, each as YAML: the ConfigMap (when the pack goes as one), the
+/// state claim and the Job.
+fn objects(
+    target: &Target,
+    digest: &str,
+    params: &[String],
+    cost: f64,
+    secs: u64,
+    delivery: Delivery,
+) -> Vec<Result<String, serde_yaml::Error>> {
+    let hex = digest.strip_prefix("tree1:").unwrap_or(digest);
+    let mut h = Sha256::new();
+    for part in [
+        target.name.as_str(),
+        digest,
+        &cost.to_string(),
+        &secs.to_string(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    for p in params {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    let launch = &hex::encode(h.finalize())[..8];
+    let name = format!("crucible-{}-{launch}", &hex[..12.min(hex.len())]);
+    let state = format!("{name}-state");
+    let mut out = Vec::new();
+    let mut run_args: Vec<String> = vec![
+        "--manifest".into(),
+        "/pack/crucible.toml".into(),
+        "--state-dir".into(),
+        "/state".into(),
+        "--max-cost".into(),
+        cost.to_string(),
+        "--max-time".into(),
+        format!("{secs}s"),
+    ];
+    for p in params {
+        run_args.push("--param".into());
+        run_args.push(p.clone());
+    }
+    // The first pod starts the run; a pod the Job starts again (a node lost, a pod evicted)
+    // finds the run in the state claim and resumes it (RFC-0002:C-PLAYBOOK-RESUME). Parameter
+    // values reach `crucible` as arguments ("$@"), never through the shell's parsing.
+    let script = "if [ -e /state/current ]; then exec crucible plan run --resume \"$@\"; \
+                  else exec crucible plan run \"$@\"; fi";
+    let mut command = vec![
+        "sh".to_string(),
+        "-c".into(),
+        script.into(),
+        "crucible".into(),
+    ];
+    command.extend(run_args);
+    let mut mounts = vec![
+        VolumeMount {
+            name: "state".into(),
+            mount_path: "/state".into(),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: "pack".into(),
+            mount_path: "/pack".into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    ];
+    let mut volumes = vec![Volume {
+        name: "state".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: state.clone(),
+            read_only: None,
+        }),
+        ..Volume::default()
+    }];
+    let mut init = Vec::new();
+    let mut pull_secrets = None;
+    match delivery {
+        Delivery::ConfigMap(archive) => {
+            let cm = ConfigMap {
+                metadata: meta(&name, target, digest),
+                binary_data: Some(BTreeMap::from([(
+                    "pack.tar.gz".to_string(),
+                    ByteString(archive),
+                )])),
+                immutable: Some(true),
+                ..ConfigMap::default()
+            };
+            out.push(serde_yaml::to_string(&cm));
+            volumes.push(Volume {
+                name: "delivery".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: name.clone(),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+            volumes.push(Volume {
+                name: "pack".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            });
+            init.push(Container {
+                name: "unpack".into(),
+                image: Some(target.image.clone()),
+                command: Some(vec![
+                    "tar".into(),
+                    "-xzf".into(),
+                    "/delivery/pack.tar.gz".into(),
+                    "-C".into(),
+                    "/pack".into(),
+                ]),
+                volume_mounts: Some(vec![
+                    VolumeMount {
+                        name: "delivery".into(),
+                        mount_path: "/delivery".into(),
+                        read_only: Some(true),
+                        ..VolumeMount::default()
+                    },
+                    VolumeMount {
+                        name: "pack".into(),
+                        mount_path: "/pack".into(),
+                        ..VolumeMount::default()
+                    },
+                ]),
+                security_context: Some(restricted()),
+                ..Container::default()
+            });
+        }
+        Delivery::Image(reference) => {
+            volumes.push(Volume {
+                name: "pack".into(),
+                image: Some(ImageVolumeSource {
+                    reference: Some(reference),
+                    pull_policy: Some("IfNotPresent".into()),
+                }),
+                ..Volume::default()
+            });
+            // Pull access for the registry-trusted target only (this branch is only taken for
+            // one): the operator's pull secret, never a person's.
+            pull_secrets = target
+                .pull_secret
+                .clone()
+                .map(|s| vec![LocalObjectReference { name: s }]);
+        }
+    }
+    let claim = PersistentVolumeClaim {
+        metadata: meta(&state, target, digest),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(target.state_size.clone().unwrap_or_else(|| "1Gi".into())),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            storage_class_name: target.storage_class.clone(),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    };
+    out.push(serde_yaml::to_string(&claim));
+    mounts.sort_by(|a, b| a.name.cmp(&b.name));
+    let job = Job {
+        metadata: meta(&name, target, digest),
+        spec: Some(JobSpec {
+            backoff_limit: Some(3),
+            // The run's own wall-clock ceiling, and five minutes to start and settle.
+            active_deadline_seconds: Some(secs as i64 + 300),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    service_account_name: target.service_account.clone(),
+                    automount_service_account_token: Some(false),
+                    image_pull_secrets: pull_secrets,
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(65532),
+                        fs_group: Some(65532),
+                        ..PodSecurityContext::default()
+                    }),
+                    init_containers: (!init.is_empty()).then_some(init),
+                    containers: vec![Container {
+                        name: "run".into(),
+                        image: Some(target.image.clone()),
+                        command: Some(command),
+                        volume_mounts: Some(mounts),
+                        security_context: Some(restricted()),
+                        ..Container::default()
+                    }],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    };
+    out.push(serde_yaml::to_string(&job));
+    out
+}
+
+/// A container that cannot gain privileges and holds no capability.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
