@@ -696,7 +696,8 @@ impl Coord<'_> {
 
     /// The plan task a row settles; `None` for an instance's or a round's row.
     fn index_of(&self, name: &str) -> Option<usize> {
-        self.tasks.iter().position(|t| t.name == name)
+        // The graph's index, not a walk over the tasks: folding a log calls this per row.
+        self.adm.graph.index(name)
     }
 
     /// Adds a settled row's spend: a reused row's apart, never against the ceilings
@@ -914,7 +915,7 @@ impl Coord<'_> {
             .collect();
         let selected = task.report.as_ref().and_then(|r| r.result.as_deref());
         let result = selected.and_then(|name| {
-            let j = self.tasks.iter().position(|t| t.name == name)?;
+            let j = self.index_of(name)?;
             let row = self.state[j].row();
             Some(match row {
                 Some(r) => report::selected(self.task(j), r.status, r.output.as_ref()),

@@ -8,6 +8,7 @@ use crucible_plan::wire::{
     decode_line, decode_own_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
 };
 use crucible_plan::Status;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -115,11 +116,17 @@ impl Log {
 
     /// The run's rows by task, in plan order, for a summary (`None` for an unsettled task).
     pub fn summary_rows(&self, plan: &crucible_plan::Plan) -> Vec<(String, Option<TaskResult>)> {
+        // One pass over the log, the last row of each name winning: a log can hold a row per
+        // task of a plan of any size, so no lookup may walk it per task.
+        let last: HashMap<&str, &TaskResult> =
+            self.rows.iter().map(|r| (r.task.as_str(), r)).collect();
         plan.tasks
             .iter()
             .map(|t| {
-                let row = self.rows.iter().rev().find(|r| r.task == t.name).cloned();
-                (t.name.clone(), row)
+                (
+                    t.name.clone(),
+                    last.get(t.name.as_str()).map(|r| (*r).clone()),
+                )
             })
             .collect()
     }
@@ -129,15 +136,13 @@ impl Log {
 /// loop body task's rows sum their instance or round rows, which carry the spend: counted once.
 pub fn own_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
     let loops = crate::graph::revise::loops(plan);
-    let summing = |name: &str| {
-        let mapped = plan
-            .tasks
-            .iter()
-            .any(|t| t.name == name && t.over.is_some());
-        mapped || loops.iter().any(|l| l.contains(name))
-    };
+    let summing: HashSet<&str> = (plan.tasks.iter())
+        .filter(|t| t.over.is_some())
+        .map(|t| t.name.as_str())
+        .chain(loops.iter().flat_map(|l| l.body.iter().map(String::as_str)))
+        .collect();
     rows.iter()
-        .filter(|r| r.reused_from.is_none() && !summing(&r.task))
+        .filter(|r| r.reused_from.is_none() && !summing.contains(r.task.as_str()))
         .map(|r| r.cost_usd)
         .sum()
 }
@@ -145,8 +150,9 @@ pub fn own_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
 /// The spend of a run's reused rows, as the run reported it: a reused mapped node's or loop's
 /// own rows carry it, the instance and round rows copied along with them do not add to it.
 pub fn reused_spend(plan: &crucible_plan::Plan, rows: &[TaskResult]) -> f64 {
+    let tasks: HashSet<&str> = plan.tasks.iter().map(|t| t.name.as_str()).collect();
     rows.iter()
-        .filter(|r| r.reused_from.is_some() && plan.tasks.iter().any(|t| t.name == r.task))
+        .filter(|r| r.reused_from.is_some() && tasks.contains(r.task.as_str()))
         .map(|r| r.cost_usd)
         .sum()
 }
@@ -209,8 +215,7 @@ pub fn reopen(
             rows: log.summary_rows(&req.plan),
         })));
     }
-    let names: std::collections::HashSet<&str> =
-        req.plan.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: HashSet<&str> = req.plan.tasks.iter().map(|t| t.name.as_str()).collect();
     // An instance's or round's row names its task followed by a bracketed key or round.
     let known = |n: &str| {
         names.contains(n)
