@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const EMPTY_CONFIG_DIGEST: &str =
     "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
 
@@ -127,7 +128,8 @@ impl Registry {
     /// The manifest the tag of `digest` names, and its digest.
     fn manifest_of(&self, digest: &str) -> (Value, String) {
         let tag = digest.replace("tree1:", "tree1-");
-        let (s, body, d) = self.get(&format!("/v2/crucible/packs/manifests/{tag}"), MANIFEST);
+        let accept = format!("{MANIFEST}, {DOCKER_MANIFEST}");
+        let (s, body, d) = self.get(&format!("/v2/crucible/packs/manifests/{tag}"), &accept);
         assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
         (serde_json::from_slice(&body).unwrap(), d.unwrap())
     }
@@ -154,7 +156,7 @@ impl Registry {
     }
 
     /// Puts a manifest that is not a crucible pack's under `tag`, as another publisher might.
-    fn put_foreign(&self, tag: &str) -> String {
+    fn put_foreign(&self, tag: &str, media_type: &str) -> String {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -177,16 +179,20 @@ impl Registry {
             .send(&b"{}"[..])
             .unwrap();
         assert_eq!(r.status().as_u16(), 201);
+        let config = match media_type {
+            MANIFEST => "application/vnd.oci.empty.v1+json",
+            _ => "application/vnd.docker.container.image.v1+json",
+        };
         let manifest = json!({
-            "schemaVersion": 2, "mediaType": MANIFEST,
-            "config": {"mediaType": "application/vnd.oci.empty.v1+json",
+            "schemaVersion": 2, "mediaType": media_type,
+            "config": {"mediaType": config,
                        "digest": EMPTY_CONFIG_DIGEST, "size": 2},
             "layers": [],
             "annotations": {"dev.crucible.pack.digest": "tree1:someone-else"}
         });
         let r = agent
             .put(format!("{base}/manifests/{tag}"))
-            .header("Content-Type", MANIFEST)
+            .header("Content-Type", media_type)
             .send(manifest.to_string().as_bytes())
             .unwrap();
         assert_eq!(r.status().as_u16(), 201);
@@ -471,38 +477,46 @@ fn pack_publish_published_once_under_an_immutable_tag_and_reset_on_registry_chan
         assert_eq!(again["manifest_digest"], manifest_digest.as_str());
         assert_eq!(registry.manifest_of(&digest).1, manifest_digest);
 
-        // A tag that names another manifest is refused, permanently; registration stands.
-        let q: &[(&str, &str)] = &[("crucible.toml", "[pack]\n"), ("q", server.store)];
-        let dir = tempfile::tempdir().unwrap();
-        for (p, d) in q {
-            std::fs::write(dir.path().join(p), d).unwrap();
+        // A tag that names another manifest (an OCI one, or a Docker one a HEAD asking only for
+        // OCI manifests would not see) is refused, permanently; registration stands.
+        let mut conflicted = Vec::new();
+        for (n, media_type) in [MANIFEST, DOCKER_MANIFEST].into_iter().enumerate() {
+            let marker = format!("{}{n}", server.store);
+            let q: &[(&str, &str)] = &[("crucible.toml", "[pack]\n"), ("q", &marker)];
+            let dir = tempfile::tempdir().unwrap();
+            for (p, d) in q {
+                std::fs::write(dir.path().join(p), d).unwrap();
+            }
+            let q_digest = pack_digest(dir.path());
+            let foreign = registry.put_foreign(&q_digest.replace("tree1:", "tree1-"), media_type);
+            let (q_pack, got) = register(&server, &format!("q{n}"), q);
+            assert_eq!(got, q_digest);
+            let failed = publication(&server, &q_pack, 1, "failed");
+            let error = failed["last_error"].as_str().unwrap();
+            assert!(
+                error.contains("never moved") && error.contains(&foreign),
+                "{media_type}: {failed}"
+            );
+            assert_eq!(
+                registry.manifest_of(&q_digest).1,
+                foreign,
+                "the tag was moved"
+            );
+            let (_, shown) = server.get(&format!("/v1/packs/{q_pack}"), &server.admin);
+            assert_eq!(shown["digest"], q_digest.as_str());
+            conflicted.push((q_pack, q_digest));
         }
-        let q_digest = pack_digest(dir.path());
-        let foreign = registry.put_foreign(&q_digest.replace("tree1:", "tree1-"));
-        let (q_pack, got) = register(&server, "q", q);
-        assert_eq!(got, q_digest);
-        let failed = publication(&server, &q_pack, 1, "failed");
-        let error = failed["last_error"].as_str().unwrap();
-        assert!(
-            error.contains("never moved") && error.contains(&foreign),
-            "{failed}"
-        );
-        assert_eq!(
-            registry.manifest_of(&q_digest).1,
-            foreign,
-            "the tag was moved"
-        );
-        let (_, shown) = server.get(&format!("/v1/packs/{q_pack}"), &server.admin);
-        assert_eq!(shown["digest"], q_digest.as_str());
 
-        // Another registry: every state reset, then published there (the failed one too).
+        // Another registry: every state reset, then published there (the failed ones too).
         let second = Registry::start().unwrap();
         server.restart_with(&store, &["--registry", &second.repo()]);
-        let moved = publication(&server, &q_pack, 1, "published");
-        assert_eq!(
-            second.manifest_of(&q_digest).1,
-            moved["manifest_digest"].as_str().unwrap()
-        );
+        for (q_pack, q_digest) in &conflicted {
+            let moved = publication(&server, q_pack, 1, "published");
+            assert_eq!(
+                second.manifest_of(q_digest).1,
+                moved["manifest_digest"].as_str().unwrap()
+            );
+        }
         let p_again = publication(&server, &pack, 1, "published");
         assert_eq!(
             p_again["manifest_digest"],
@@ -515,10 +529,12 @@ fn pack_publish_published_once_under_an_immutable_tag_and_reset_on_registry_chan
             publication(&server, &pack, 1, "unpublished")["state"],
             "unpublished"
         );
-        assert_eq!(
-            publication(&server, &q_pack, 1, "unpublished")["state"],
-            "unpublished"
-        );
+        for (q_pack, _) in &conflicted {
+            assert_eq!(
+                publication(&server, q_pack, 1, "unpublished")["state"],
+                "unpublished"
+            );
+        }
     }
 }
 

@@ -13,6 +13,12 @@ use std::time::Duration;
 /// The OCI image manifest's media type: sent as `Accept` on every manifest HEAD and GET (the
 /// CNCF distribution 2.8 registry answers 404 for an existing OCI manifest without it).
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// What a manifest HEAD or GET accepts: every manifest kind a tag may name, so a tag naming
+/// a Docker manifest or an index is seen (and never pushed over) too.
+pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json";
 /// The OCI empty config: `{}`.
 pub const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
 pub const EMPTY_CONFIG: &[u8] = b"{}";
@@ -111,7 +117,7 @@ impl Repository {
         let req = self
             .agent
             .head(self.url(&format!("manifests/{tag}")))
-            .header("Accept", MANIFEST_TYPE);
+            .header("Accept", MANIFEST_ACCEPT);
         let r = checked(self.with_auth(req).call(), &what, &[404])?;
         if r.status().as_u16() == 404 {
             return Ok(None);
@@ -128,7 +134,7 @@ impl Repository {
         let req = self
             .agent
             .get(self.url(&format!("manifests/{reference}")))
-            .header("Accept", MANIFEST_TYPE);
+            .header("Accept", MANIFEST_ACCEPT);
         let mut r = checked(self.with_auth(req).call(), &what, &[])?;
         r.body_mut()
             .with_config()
