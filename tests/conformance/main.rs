@@ -1,6 +1,7 @@
 //! The conformance suite: drives the real `crucible` binary, one module per RFC-0002 clause
 //! (see docs/conformance.md for the map from each MUST to its tests).
 
+mod cdp;
 mod http_double;
 mod model_double;
 mod support;
@@ -23,6 +24,7 @@ mod controller_kube;
 mod controller_publish;
 mod controller_runs;
 mod controller_standing;
+mod controller_ui;
 mod example_branching;
 mod examples;
 mod fanout;

@@ -4,13 +4,13 @@
 use crate::args::{
     CheckArgs, CompileArgs, DigestArgs, Format, LaunchPlanArgs, ParamsArgs, PictureFormat, ShowArgs,
 };
-use crate::picture;
 use anyhow::{anyhow, Context, Result};
 use crucible_dsl::{CompileRequest, Compiled, Diagnostics, Limits};
 use crucible_engine::files;
 use crucible_engine::{admission, Substrate};
 use crucible_pack::files::{pack_files, tree1_of};
 use crucible_pack::manifest::{self, LoadedManifest};
+use crucible_plan::picture;
 use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::vocab::ceilings;
 use crucible_plan::{canonical, duration, render, validate, Plan, ValidatedPlan};
@@ -399,7 +399,7 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
     }
     if let Some(PictureFormat::Svg) = a.format {
         let statuses = match &a.run {
-            Some(run) => Some(picture::run_statuses(&manifest.dir.join("state"), run)?),
+            Some(run) => Some(run_statuses(&manifest.dir.join("state"), run)?),
             None => None,
         };
         let colouring = match &statuses {
@@ -755,4 +755,28 @@ pub fn pack_digest(a: &DigestArgs) -> Result<ExitCode> {
     }
     println!("{}", tree1_of(&a.dir, &listing)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The statuses of a run's tasks, from its session log in the state directory: `run` is a run
+/// id, a unique prefix of one, or `latest` (the most recent run).
+fn run_statuses(
+    state_dir: &Path,
+    run: &str,
+) -> Result<std::collections::BTreeMap<String, crucible_plan::Status>> {
+    let (id, dir) = crate::inspect::resolve(state_dir, run)?;
+    let log_path = dir.join("session.jsonl");
+    let text = std::fs::read_to_string(&log_path)
+        .with_context(|| format!("no run {id} in {}", state_dir.display()))?;
+    let lines = crucible_plan::wire::decode_log(&text)
+        .map_err(|e| anyhow!("{}: {e}", log_path.display()))?;
+    let rows: Vec<(String, crucible_plan::Status)> = lines
+        .into_iter()
+        .filter_map(|l| match l.event {
+            crucible_plan::wire::Event::TaskResult(r) => Some((r.task, r.status)),
+            _ => None,
+        })
+        .collect();
+    Ok(picture::node_statuses(
+        rows.iter().map(|(t, s)| (t.as_str(), *s)),
+    ))
 }

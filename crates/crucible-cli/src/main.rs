@@ -12,7 +12,6 @@ mod decide;
 mod init;
 mod inspect;
 mod live;
-mod picture;
 mod remote;
 mod remote_pack;
 mod run;

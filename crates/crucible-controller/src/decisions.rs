@@ -192,6 +192,20 @@ async fn fetch(db: &AnyPool, run: &str, route: &str) -> Result<Option<Held>, sql
     row.as_ref().map(Held::of).transpose()
 }
 
+/// Each request of a run, by route, with its state (`open`, `answered`, `withdrawn`, or
+/// `expired`), oldest first: for the web UI's run page, which has checked the run is readable.
+pub(crate) async fn of_run(db: &AnyPool, run: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query(&format!(
+        "{SELECT} WHERE run_id = $1 ORDER BY created_at, route"
+    ))
+    .bind(run)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| Held::of(r).map(|h| (h.request.route.clone(), h.state().to_string())))
+        .collect()
+}
+
 /// The request of a run the caller may read; otherwise not found, exactly as a missing one.
 async fn readable(
     app: &App,

@@ -143,6 +143,8 @@ pub(crate) async fn prepare(
         let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
         Refusal::Compile(lines.join("\n"))
     })?;
+    // The web UI draws the run's graph from the plan it runs (`ui::pages`).
+    crate::ui::save_plan(run_dir, &plan)?;
     let engine = &app.config.engine;
     let req = RunRequest {
         plan,

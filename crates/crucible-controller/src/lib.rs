@@ -9,7 +9,7 @@
 //! (reading and stopping runs, their logs and their event stream), `standing` (standing
 //! launches, issue 13), `scheduler` (their firings, policies and series history,
 //! RFC-0002:C-RUN-HISTORY) on `clock`; `api` routes them all and describes them in the OpenAPI
-//! document.
+//! document; `ui` is the web UI over the same handlers.
 
 pub mod api;
 pub use api::router;
@@ -31,6 +31,7 @@ pub mod runs;
 pub mod scheduler;
 pub mod standing;
 pub mod trees;
+pub mod ui;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -222,7 +223,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
     if !app.clock.is_test() {
         tokio::spawn(scheduler::tick_loop(app.clone()));
     }
-    axum::serve(listener, router(app))
+    axum::serve(listener, router(app.clone()).merge(ui::router(app)))
         .await
         .context("serving")?;
     Ok(())

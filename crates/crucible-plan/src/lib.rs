@@ -7,6 +7,7 @@
 pub mod canonical;
 pub mod diag;
 pub mod duration;
+pub mod picture;
 pub mod plan;
 pub mod render;
 pub mod runbook;

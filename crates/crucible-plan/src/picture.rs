@@ -1,12 +1,10 @@
-//! `plan show --format svg`: the compiled graph drawn as an SVG picture. layout-rs (a small,
+//! `plan show --format svg` and the controller's run page: the compiled graph drawn as an SVG picture. layout-rs (a small,
 //! dependency-free Sugiyama layout) places the nodes and draws the edges; this module decides
 //! what each task and edge looks like. Tasks are coloured by kind, or by their status in a run
 //! when one is given; `when` answers, joins, optional edges, mapping and revise loops are
 //! labelled; the epilogue is drawn apart, below the main graph.
 
-use anyhow::{anyhow, Context, Result};
-use crucible_plan::wire::{decode_log, Event};
-use crucible_plan::{Join, Plan, Status, Task, TaskKind};
+use crate::{Join, Plan, Status, Task, TaskKind};
 use layout::backends::svg::SVGWriter;
 use layout::core::base::Orientation;
 use layout::core::color::Color;
@@ -16,7 +14,6 @@ use layout::core::style::{LineStyleKind, StyleAttr};
 use layout::std_shapes::shapes::{Arrow, Element, LineEndKind, ShapeKind};
 use layout::topo::layout::VisualGraph;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 // layout-rs draws its own connectors at 15px: the same size keeps one font class.
 const FONT: usize = 15;
@@ -312,24 +309,6 @@ impl RenderBackend for Shifted<'_> {
     }
 }
 
-/// The statuses of a run's tasks, from its session log in the state directory: `run` is a run
-/// id, a unique prefix of one, or `latest` (the most recent run).
-pub fn run_statuses(state_dir: &Path, run: &str) -> Result<BTreeMap<String, Status>> {
-    let (id, dir) = crate::inspect::resolve(state_dir, run)?;
-    let log_path = dir.join("session.jsonl");
-    let text = std::fs::read_to_string(&log_path)
-        .with_context(|| format!("no run {id} in {}", state_dir.display()))?;
-    let lines = decode_log(&text).map_err(|e| anyhow!("{}: {e}", log_path.display()))?;
-    let rows: Vec<(String, Status)> = lines
-        .into_iter()
-        .filter_map(|l| match l.event {
-            Event::TaskResult(r) => Some((r.task, r.status)),
-            _ => None,
-        })
-        .collect();
-    Ok(node_statuses(rows.iter().map(|(t, s)| (t.as_str(), *s))))
-}
-
 /// The plan as an SVG document.
 pub fn svg(plan: &Plan, colouring: &Colouring) -> String {
     let mut out = SVGWriter::new();
@@ -378,11 +357,11 @@ fn widen(doc: &str, width: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crucible_plan::{Stage, When};
+    use crate::{Stage, When};
 
     fn plan() -> Plan {
         let mut a = Task::new("a", TaskKind::Command);
-        a.emits.insert("xs".into(), crucible_plan::FieldType::List);
+        a.emits.insert("xs".into(), crate::FieldType::List);
         let mut gate = Task::new("gate", TaskKind::Route);
         gate.depends_on = vec!["a".into()];
         let mut b = Task::new("b", TaskKind::Agent);
@@ -401,8 +380,8 @@ mod tests {
         e.stage = Stage::Epilogue;
         e.depends_on = vec!["c".into()];
         Plan {
-            version: crucible_plan::PLAN_VERSION,
-            workflow_type: crucible_plan::WorkflowType::Playbook,
+            version: crate::PLAN_VERSION,
+            workflow_type: crate::WorkflowType::Playbook,
             result: None,
             history_record: None,
             params: BTreeMap::new(),
