@@ -468,7 +468,8 @@ fn ui(
 
 // RFC-0002:C-HUMAN-DECISION, C-DECISION-EVIDENCE — the UI over plain HTTP: pages need a
 // sign-in; the session cookie is HttpOnly and SameSite=Strict; each page reads with the API's
-// scoping (another team's run, request and files are "not found"); a viewer reads the evidence
+// scoping (another team's run, request, files and standing launch are "not found"); a standing
+// launch shows its firings with their runs; a viewer reads the evidence
 // without answer controls; an evidence file is served sandboxed with no network; a form posted
 // from another origin is refused.
 #[test]
@@ -567,6 +568,47 @@ fn ui_pages_need_a_session_and_read_as_the_api_does() {
         .to_str()
         .unwrap()
         .starts_with("attachment"));
+
+    // Standing launches (issue 13): listed to the team, each with its firings and their runs.
+    let (s, v) = server.post_json(
+        "/v1/standing",
+        &rita,
+        json!({ "name": "nightly", "pack": digest, "max_cost": 1, "max_time": "2m" }),
+    );
+    assert_eq!(s, 200, "{v}");
+    let standing = v["id"].as_str().unwrap().to_string();
+    let (s, firing) = server.post_json(&format!("/v1/standing/{standing}/fire"), &rita, json!({}));
+    assert_eq!(s, 200, "{firing}");
+    let fired = firing["run"].as_str().expect("the firing launched a run");
+    let (s, _, body) = ui(&server, "GET", "/ui/standing", Some(&vic), None);
+    assert_eq!(s, 200, "{body}");
+    assert!(
+        body.contains("nightly") && body.contains("fired by hand"),
+        "{body}"
+    );
+    let (s, _, body) = ui(
+        &server,
+        "GET",
+        &format!("/ui/standing/{standing}"),
+        Some(&vic),
+        None,
+    );
+    assert_eq!(s, 200, "{body}");
+    assert!(
+        body.contains(&format!("href=\"/ui/runs/{fired}\"")),
+        "{body}"
+    );
+    let (s, _, body) = ui(&server, "GET", "/ui/standing", Some(&bo), None);
+    assert_eq!(s, 200);
+    assert!(!body.contains("nightly"), "{body}");
+    let (s, _, body) = ui(
+        &server,
+        "GET",
+        &format!("/ui/standing/{standing}"),
+        Some(&bo),
+        None,
+    );
+    assert_eq!(s, 404, "{body}");
 
     let (s, _, body) = ui(
         &server,

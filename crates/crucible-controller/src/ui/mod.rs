@@ -4,12 +4,13 @@
 //! SameSite=Strict cookie; every page reads through the API's own handlers with the subject the
 //! cookie names, so a page shows exactly what the API would answer that subject, and "not found"
 //! for what it may not read. `pages` holds the runs, a run, packs and drafts and the open
-//! decisions; `evidence` a decision request's evidence with its answer controls, and the
-//! evidence files, served sandboxed.
+//! decisions; `standing` the standing launches; `evidence` a decision request's evidence with
+//! its answer controls, and the evidence files, served sandboxed.
 
 mod evidence;
 mod pages;
 mod render;
+mod standing;
 
 use crate::error::ApiError;
 use crate::identity::Caller;
@@ -81,6 +82,8 @@ pub fn router(app: App) -> Router {
         .route("/ui/runs/{id}/tasks", get(pages::run_tasks))
         .route("/ui/runs/{id}/events", get(pages::run_events))
         .route("/ui/packs", get(pages::packs))
+        .route("/ui/standing", get(standing::list))
+        .route("/ui/standing/{id}", get(standing::show))
         .route("/ui/decisions", get(pages::decisions))
         .route("/ui/decisions/list", get(pages::decisions_list))
         .route("/ui/decisions.json", get(pages::decisions_json))
@@ -207,7 +210,7 @@ fn page_with(status: StatusCode, who: Option<&Caller>, title: &str, body: &str) 
     let nav = match who {
         Some(c) => format!(
             "<nav><a href=\"/ui/runs\">Runs</a> <a href=\"/ui/packs\">Packs and drafts</a> \
-             <a href=\"/ui/decisions\">Decisions</a><span class=\"who\">{} \
+             <a href=\"/ui/standing\">Standing launches</a> <a href=\"/ui/decisions\">Decisions</a><span class=\"who\">{} \
              <form method=\"post\" action=\"/ui/signout\"><button>Sign out</button></form></span></nav>",
             esc(&c.name)
         ),

@@ -39,7 +39,7 @@ pub(crate) fn evidence_url(run: &str, route: &str) -> String {
 }
 
 /// An API answer, or the page that says why not.
-fn read<T>(who: &Caller, r: ApiResult<Json<T>>) -> Result<T, Refused> {
+pub(crate) fn read<T>(who: &Caller, r: ApiResult<Json<T>>) -> Result<T, Refused> {
     r.map(|Json(v)| v).map_err(|e| failure(Some(who), e).into())
 }
 
@@ -156,7 +156,7 @@ async fn runs_html(app: &App, c: &Caller) -> Result<String, Refused> {
     Ok(out)
 }
 
-fn text(v: &Value) -> &str {
+pub(crate) fn text(v: &Value) -> &str {
     v.as_str().unwrap_or("")
 }
 
