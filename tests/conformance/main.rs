@@ -19,6 +19,7 @@ mod cli;
 mod compile_bombs;
 mod conformance_map;
 mod controller;
+mod controller_asks;
 mod controller_decisions;
 mod controller_kube;
 mod controller_publish;

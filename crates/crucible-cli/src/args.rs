@@ -137,6 +137,22 @@ pub struct ServeArgs {
     /// A TOML file of Kubernetes dispatch targets (`[[target]]`, docs/kubernetes.md).
     #[arg(long, value_name = "FILE")]
     pub targets: Option<PathBuf>,
+    /// A workflow (a pack name) an ask a run emits may start without a person; repeatable.
+    /// Every other valid ask is held for an approver.
+    #[arg(long = "ask-allow", value_name = "WORKFLOW")]
+    pub ask_allow: Vec<String>,
+    /// Asks admitted per team in any hour; past it, asks are held for an approver.
+    #[arg(long = "asks-per-hour", value_name = "N", default_value_t = 10)]
+    pub asks_per_hour: u32,
+    /// How long after an ask's admission its key may be admitted again (default: never).
+    #[arg(long = "ask-repeat-after", value_name = "DUR")]
+    pub ask_repeat_after: Option<String>,
+    /// The cost ceiling (USD) of every run an admitted ask starts.
+    #[arg(long = "ask-max-cost", value_name = "USD", default_value_t = 1.0)]
+    pub ask_max_cost: f64,
+    /// The wall-clock ceiling of every run an admitted ask starts.
+    #[arg(long = "ask-max-time", value_name = "DUR", default_value = "10m")]
+    pub ask_max_time: String,
 }
 
 #[derive(Args, Debug)]

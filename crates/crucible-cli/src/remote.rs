@@ -16,6 +16,10 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
     let state_dir = a
         .state_dir
         .unwrap_or_else(crucible_controller::default_state_dir);
+    crucible_plan::duration::parse(&a.ask_max_time).map_err(|e| anyhow!("--ask-max-time: {e}"))?;
+    if !(a.ask_max_cost.is_finite() && a.ask_max_cost >= 0.0) {
+        bail!("--ask-max-cost must be a non-negative number of USD");
+    }
     let config = crucible_controller::Config {
         addr: a.addr,
         state_dir: state_dir.clone(),
@@ -47,6 +51,18 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             },
             max_files_bytes: crate::compile::files_bound(None)?,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
+        asks: crucible_controller::asks::AskPolicy {
+            allow: a.ask_allow,
+            per_hour: a.asks_per_hour,
+            repeat_after_secs: a
+                .ask_repeat_after
+                .as_deref()
+                .map(crucible_plan::duration::parse)
+                .transpose()
+                .map_err(|e| anyhow!("--ask-repeat-after: {e}"))?,
+            max_cost: a.ask_max_cost,
+            max_time: a.ask_max_time,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,7 +3,7 @@
 //! controller answers, by construction.
 
 use crate::{
-    audit, decisions, drafts, identity, kube, launches, packs, publish, runs, standing, App,
+    asks, audit, decisions, drafts, identity, kube, launches, packs, publish, runs, standing, App,
 };
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
@@ -338,6 +338,25 @@ pub fn endpoints() -> Vec<Endpoint> {
             || post(standing::set_clock),
         )
         .body(Body::Json),
+        op(
+            Get,
+            "/v1/asks",
+            "The asks the runs of the caller's teams emitted: each as proposed and as decided",
+            || get(asks::list),
+        )
+        .query(&[
+            ("run", "only the asks of this run"),
+            ("state", "only asks in this state: proposed, rejected, duplicate, held, admitted, refused, dismissed"),
+        ]),
+        op(
+            Post,
+            "/v1/asks/{id}/admit",
+            "Admit a held ask (approvers): launched under the operator's ceilings",
+            || post(asks::admit_held),
+        ),
+        op(Post, "/v1/asks/{id}/dismiss", "Dismiss a held ask (approvers)", || {
+            post(asks::dismiss)
+        }),
     ]
 }
 

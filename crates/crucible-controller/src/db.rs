@@ -29,6 +29,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "decisions",
         include_str!("../migrations/0006_decisions.sql"),
     ),
+    (7, "asks", include_str!("../migrations/0007_asks.sql")),
     (
         10,
         "publications",

@@ -90,6 +90,12 @@ impl Executor {
                 Ok(result) => Ended::from(result),
                 Err(e) => Ended::Failed(format!("the engine failed: {e}")),
             };
+            // RFC-0002:C-ASKS: what the run proposed is decided before it is recorded ended, so
+            // a controller that dies between the two decides it on resumption (once: an ask
+            // is recorded per run and position, and decided only while proposed).
+            if let Err(e) = crate::asks::receive_from_run(&app, &id).await {
+                eprintln!("controller: the asks of run {id}: {e:#}");
+            }
             // The end must be recorded, or the run would read `running` until a restart: a busy
             // store (every connection taken) is waited out, not given up on.
             let mut pause = std::time::Duration::from_millis(100);

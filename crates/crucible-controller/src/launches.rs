@@ -341,6 +341,7 @@ pub async fn launch(
         team_id: &team_id,
         team: &team,
         series: None,
+        source: None,
     };
     let history = History::none(app.config.engine.history_max_bytes);
     admit(&app, &launcher, &req, history).await.map(Json)
@@ -353,6 +354,9 @@ pub(crate) struct Launcher<'a> {
     pub team_id: &'a str,
     pub team: &'a str,
     pub series: Option<&'a str>,
+    /// How the run came to be launched when not by its launcher naming a pack (an ask); the
+    /// run's `source` then says this instead.
+    pub source: Option<&'a str>,
 }
 
 /// The one admission path of every launch, by hand or by a standing launch's firing: checks
@@ -371,7 +375,14 @@ pub(crate) async fn admit(
     let run_dir = app.runs_dir().join(&id);
     // The tree delivered stays stored until the run records its digest.
     let trees = app.trees_in_use().await;
-    let accepted = accept(app, launcher, req, &run_dir, history).await;
+    let accepted = accept(app, launcher, req, &run_dir, history)
+        .await
+        .map(|mut a| {
+            if let Some(source) = launcher.source {
+                a.source = source.to_string();
+            }
+            a
+        });
     let recorded = match accepted {
         Ok(a) => record(app, launcher, &id, &a, req).await.map(|()| a),
         Err(e) => Err(e),
@@ -410,6 +421,7 @@ pub(crate) async fn check(app: &App, team_id: &str, req: &LaunchRequest) -> ApiR
         team_id,
         team: "",
         series: None,
+        source: None,
     };
     let checked = accept(app, &launcher, req, &scratch, history).await;
     drop(trees);

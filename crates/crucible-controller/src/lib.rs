@@ -1,17 +1,19 @@
 //! The controller (issue 12): `crucible serve`, a team's packs behind an HTTP/JSON API, stored
 //! in SQLite (default) or PostgreSQL, pack trees content-addressed under the state directory.
 //! The CLI only parses and prints; everything the server does is here, one module per concern:
-//! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `collect` (removing stored trees
-//! nothing records), `trees` (the
-//! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `packs` (registration and
-//! reading), `drafts` (versions on a base, with provenance), `launches` (a launch checked and
-//! delivered), `executor` (runs on the embedded engine, resumed after a restart) and `runs`
-//! (reading and stopping runs, their logs and their event stream), `standing` (standing
-//! launches, issue 13), `scheduler` (their firings, policies and series history,
-//! RFC-0002:C-RUN-HISTORY) on `clock`; `api` routes them all and describes them in the OpenAPI
-//! document; `ui` is the web UI over the same handlers.
+//! `db` (store and migrations), `identity` (subjects, roles, tokens), `audit`, `trees` (the
+//! tree store, tar ingestion and flattening, RFC-0002:C-PACK-BASE), `collect` (removing stored
+//! trees nothing records), `packs` (registration, import and reading), `drafts` (versions on a
+//! base, with provenance, and publishing one as a pack), `launches` (a launch checked and
+//! delivered), `executor` (runs on the embedded engine, resumed after a restart), `runs`
+//! (reading and stopping runs, their logs and their event stream), `asks` (the asks runs emit,
+//! decided under the operator's policy, RFC-0002:C-ASKS), `standing` (standing launches, issue
+//! 13), `scheduler` (their firings, policies and series history, RFC-0002:C-RUN-HISTORY) on
+//! `clock`; `api` routes them all and describes them in the OpenAPI document; `ui` is the web
+//! UI over the same handlers.
 
 pub mod api;
+pub mod asks;
 pub use api::router;
 pub mod audit;
 pub mod clock;
@@ -75,6 +77,8 @@ pub struct Config {
     pub registry: Option<publish::RegistryConfig>,
     /// The Kubernetes dispatch targets (issue 17; `kube`), besides `local`.
     pub targets: Vec<kube::Target>,
+    /// How the asks runs emit are admitted (RFC-0002:C-ASKS).
+    pub asks: asks::AskPolicy,
 }
 
 /// The operator's settings for the runs the controller executes (read once, at start).
@@ -110,6 +114,8 @@ pub struct App {
     pub series_locks: Arc<scheduler::SeriesLocks>,
     /// Wakes the OCI publication worker (`publish`).
     pub publisher: Arc<publish::Publisher>,
+    /// Serializes deciding asks, so one key is admitted once however many runs emit it.
+    pub asks: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl App {
@@ -163,6 +169,7 @@ pub(crate) async fn settings(
         "history_max_records": crucible_plan::ceilings::MAX_HISTORY,
         "test_clock": app.clock.is_test(),
         "targets": kube::targets_json(&app.config.targets),
+        "asks": app.config.asks.describe(),
     }))
 }
 
@@ -211,6 +218,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
         base_url: base_url.into(),
         series_locks: Arc::default(),
         publisher: Arc::default(),
+        asks: Arc::default(),
     };
     // RFC-0002:C-PACK-BASE: trees nothing records any more (or never did: a recording that
     // failed) are removed before the controller answers anyone, then every hour.

@@ -359,6 +359,7 @@ async fn decide(app: &App, s: &Standing, at: i64, by: Option<&str>) -> ApiResult
         team_id: &s.team_id,
         team: &s.team,
         series: Some(&s.id),
+        source: None,
     };
     let launched = admit(app, &launcher, &req, history).await?;
     let run = launched["id"].as_str().unwrap_or_default().to_string();

@@ -513,13 +513,13 @@ pub fn params_schema(path: &Path) -> Result<serde_json::Value, Diagnostics> {
 /// Checks parameter values given as JSON (an ask's, RFC-0002:C-ASKS) against the params block
 /// of the source `file` under `pack_root`, read without evaluating it: every value names a
 /// declared parameter and satisfies its type and constraint, and every required parameter
-/// without a default has one. Returns each value as the `name=value` text `--param` takes,
+/// without a default has one. Returns each name with its value as the text `--param` takes,
 /// which binds to the same value; or why the values do not satisfy the schema.
 pub fn check_supplied(
     pack_root: &Path,
     file: &str,
     values: &BTreeMap<String, serde_json::Value>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<(String, String)>, String> {
     let pack = PackDir::open(pack_root).map_err(|e| e.to_string())?;
     let (ast, text) = parse_source(&pack, file, &Limits::default()).map_err(|d| d.to_string())?;
     let block = params::read_block(&ast, file, &text)
@@ -535,7 +535,7 @@ pub fn check_supplied(
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        out.push(format!("{name}={raw}"));
+        out.push((name.clone(), raw));
     }
     if let Some(d) = block
         .decls
