@@ -1343,3 +1343,55 @@ fn pack_base_import_takes_another_controllers_archive() {
     assert_over_budget(budget.import("p", "", &noisy), 2048);
     budget.assert_store_clean(0);
 }
+
+// RFC-0002:C-PACK-BASE — a deleted pack is no longer a base anyone can save on (availability
+// counts packs that have not been deleted), while a version already saved on it is unaffected:
+// its flattened tree stays stored, readable and deliverable, as a copy of the base's files.
+// Provenance digests keep no tree.
+#[test]
+fn pack_base_deleting_a_base_leaves_versions_saved_on_it() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let (pack, base) = registered(&server, "base", &[("a", "1"), ("b", "2")]);
+        let overlay = tar_of(&[file("b", "3")]);
+        let (s, saved) = server.save_draft("d", Some(&base), &overlay, &server.admin);
+        assert_eq!(s, 200, "{saved}");
+        let version = saved["digest"].as_str().unwrap().to_string();
+        let overlay_digest = saved["provenance"]["overlay_digest"].as_str().unwrap();
+        assert!(
+            !server.tree(overlay_digest).exists(),
+            "a provenance digest keeps no tree"
+        );
+        let (s, v) = server.call("DELETE", &format!("/v1/packs/{pack}"), &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+        assert!(!server.tree(&base).exists(), "{}", server.store);
+        assert!(server.tree(&version).is_dir(), "{}", server.store);
+        let (s, v) = server.save_draft("d", Some(&base), &overlay, &server.admin);
+        assert_eq!(s, 422, "{v}");
+        assert_eq!(v["error"], format!("the base `{base}` is not available"));
+        // The saved version still reads with its provenance and publishes as a pack whose
+        // archive holds the base's files as they were copied.
+        let draft = saved["id"].as_str().unwrap();
+        let (s, shown) = server.get(&format!("/v1/drafts/{draft}"), &server.admin);
+        assert_eq!(s, 200);
+        assert_eq!(shown["versions"][0]["provenance"], saved["provenance"]);
+        let (s, published) = server.call(
+            "POST",
+            &format!("/v1/drafts/{draft}/publish"),
+            &server.admin,
+            None,
+        );
+        assert_eq!(s, 200, "{published}");
+        let (s, gz) = server.archive(published["id"].as_str().unwrap(), "", &server.admin);
+        assert_eq!(s, 200);
+        let files: Vec<(String, Vec<u8>)> =
+            delivered(&gz).into_iter().map(|(p, _, d)| (p, d)).collect();
+        assert_eq!(
+            files,
+            [
+                ("a".to_string(), b"1".to_vec()),
+                ("b".to_string(), b"3".to_vec())
+            ]
+        );
+    }
+}
