@@ -130,7 +130,12 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(store: &Store, extra: &[&str]) -> Server {
-        let state = tempfile::tempdir().unwrap();
+        Server::start_in(tempfile::tempdir().unwrap(), store, extra)
+    }
+
+    /// The same, with its state in `state` (a task's sandbox empties `/tmp`, so a state
+    /// directory a task could reach must be elsewhere).
+    pub(crate) fn start_in(state: tempfile::TempDir, store: &Store, extra: &[&str]) -> Server {
         let (child, url) = spawn_serve(state.path(), store, extra);
         let admin = std::fs::read_to_string(state.path().join("admin.token"))
             .unwrap()

@@ -24,6 +24,7 @@ mod controller_decisions;
 mod controller_kube;
 mod controller_publish;
 mod controller_runs;
+mod controller_sandbox;
 mod controller_standing;
 mod controller_ui;
 mod example_branching;

@@ -146,6 +146,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         reports,
         max_asks,
         no_sandbox: args.no_sandbox,
+        hidden: Vec::new(),
         groups: Default::default(),
         decider: crate::decide::decider()?,
         decision_bounds: crate::decide::bounds()?,

@@ -136,6 +136,7 @@ pub(crate) async fn prepare(
     let compiled = compile(&app.config.compiler, &manifest_path, &params).await?;
     let mut manifest =
         crucible_pack::load(&manifest_path).map_err(|e| Refusal::Compile(e.to_string()))?;
+    sandboxed(&manifest.manifest.sandbox)?;
     if let Some(r) = compiled.repo_ref {
         manifest.set_repo_ref(r).map_err(Refusal::Compile)?;
     }
@@ -172,10 +173,13 @@ pub(crate) async fn prepare(
         reports: engine.reports.clone(),
         max_asks: engine.max_asks,
         no_sandbox: false,
+        // The controller's state holds every team's packs, runs and the admin token; the host
+        // a task reads (read-only) must not include it.
+        hidden: vec![std::path::absolute(&app.config.state_dir)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("the state directory: {e}")))?],
         groups: Default::default(),
-        // A runbook gate waits for a person at a terminal; as a controller-side decision it is
-        // not built, so a launch with one is refused by admission.
-        // Its engine opens and polls its decision requests in this store.
+        // Its engine opens and polls its decision requests (human routes and runbook gates) in
+        // this store.
         decider: Some(Arc::new(crate::decisions::StoreDecider::new(
             app.db.clone(),
             run_id(run_dir),
@@ -190,6 +194,27 @@ pub(crate) async fn prepare(
         }
         .into()),
     }
+}
+
+/// Refuses a pack whose manifest would loosen the sandbox on the controller's host: a team's
+/// pack is not the operator, so it can neither opt out (`[sandbox] enabled = false`) nor bind
+/// host paths read-write into its tasks (`[sandbox] expose`), either of which would reach the
+/// controller's state and every other team's.
+fn sandboxed(s: &crucible_pack::manifest::SandboxConfig) -> Result<(), Refusal> {
+    if !s.enabled {
+        return Err(ApiError::Refused(
+            "the pack opts out of the sandbox ([sandbox] enabled = false): every task a controller runs is sandboxed".into(),
+        )
+        .into());
+    }
+    if !s.expose.is_empty() {
+        return Err(ApiError::Refused(format!(
+            "the pack exposes host paths to its tasks ([sandbox] expose = {:?}): a controller's runs are given none of its host",
+            s.expose
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// The capabilities of a run under the controller: the launch's, and `human`.

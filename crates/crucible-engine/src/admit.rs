@@ -472,6 +472,7 @@ mod tests {
             reports: Default::default(),
             max_asks: 10,
             no_sandbox: false,
+            hidden: Vec::new(),
             decider: None,
             decision_bounds: Default::default(),
             agent_cmd: None,

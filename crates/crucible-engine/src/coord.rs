@@ -531,6 +531,7 @@ pub async fn execute(
                 &req.manifest.dir,
                 &state_dir,
                 &run_dir,
+                &req.hidden,
             )),
             crate::sandbox::Mode::Off(_) => None,
         },

@@ -77,6 +77,10 @@ pub struct RunRequest {
     pub max_asks: u32,
     /// `--no-sandbox`: the operator's opt-out of the sandbox.
     pub no_sandbox: bool,
+    /// Host directories hidden from every task besides the pack and the state directory: a
+    /// controller's own state (its tokens, its store, other teams' packs and runs), which holds
+    /// this run's directories but must not be readable through the sandbox's read-only host.
+    pub hidden: Vec<PathBuf>,
     /// The run's attempt process groups: the caller keeps a handle to kill them all at once.
     pub groups: std::sync::Arc<ProcessGroups>,
     /// Who answers human-decided routes and runbook gates (RFC-0002:C-HUMAN-DECISION): a

@@ -152,14 +152,21 @@ pub struct Sandbox {
     /// Host paths the manifest exposes read-write (`[sandbox] expose`), bound before the hidden
     /// ones are hidden.
     exposed: Vec<PathBuf>,
-    /// Host directories no task may see: the pack and the state directory.
+    /// Host directories no task may see: the pack, the state directory and whatever the
+    /// launcher adds (a controller's state).
     hidden: Vec<PathBuf>,
     /// Run paths every task reads: the run's `inputs/` and its git memory.
     readable: Vec<PathBuf>,
 }
 
 impl Sandbox {
-    pub fn new(exposed: &[String], pack: &Path, state: &Path, run_dir: &Path) -> Sandbox {
+    pub fn new(
+        exposed: &[String],
+        pack: &Path,
+        state: &Path,
+        run_dir: &Path,
+        also_hidden: &[PathBuf],
+    ) -> Sandbox {
         Sandbox {
             // Relative to where the engine was launched, as every manifest path on the
             // command line is.
@@ -167,7 +174,11 @@ impl Sandbox {
                 .iter()
                 .map(|e| std::path::absolute(e).unwrap_or_else(|_| PathBuf::from(e)))
                 .collect(),
-            hidden: vec![pack.to_path_buf(), state.to_path_buf()],
+            hidden: [pack, state]
+                .into_iter()
+                .map(Path::to_path_buf)
+                .chain(also_hidden.iter().cloned())
+                .collect(),
             readable: vec![run_dir.join("inputs"), run_dir.join("memory")],
         }
     }
@@ -238,7 +249,7 @@ mod tests {
         std::fs::write(inputs.join("in.txt"), "x").unwrap();
         let exposed = [top.path().to_string_lossy().into_owned()];
         let state = pack.join("state");
-        let sb = Sandbox::new(&exposed, &pack, &state, &state.join("runs/r"));
+        let sb = Sandbox::new(&exposed, &pack, &state, &state.join("runs/r"), &[]);
         let script = "test ! -e ../crucible.toml || exit 11; \
             touch made || exit 12; \
             ! touch inputs/in.txt 2>/dev/null || exit 13; \
