@@ -221,20 +221,7 @@ fn run_history_run_36_gets_the_30_most_recent_terminal_runs() {
                 .keys()
                 .map(String::as_str)
                 .collect();
-            assert_eq!(
-                keys,
-                [
-                    "ended_at",
-                    "entry",
-                    "link",
-                    "outcome",
-                    "revision",
-                    "run",
-                    "started_at",
-                    "verdict"
-                ],
-                "{record}"
-            );
+            assert_eq!(keys, crate::series::RECORD_FIELDS, "{record}");
             let (_, recorded) = server.get(&format!("/v1/runs/{run}"), &server.admin);
             assert_eq!(record["revision"], digest.as_str(), "{record}");
             assert_eq!(record["link"], format!("{}/v1/runs/{run}", server.url));

@@ -110,6 +110,19 @@ fn expected(p: &Pack, mode: &str, n: usize) -> Expected {
     }
 }
 
+/// A history record's fields (RFC-0002:C-RUN-HISTORY), exactly and in the order a JSON object
+/// lists them: the local series and the controller's hand runs the same records.
+pub(crate) const RECORD_FIELDS: [&str; 8] = [
+    "ended_at",
+    "entry",
+    "link",
+    "outcome",
+    "revision",
+    "run",
+    "started_at",
+    "verdict",
+];
+
 fn assert_records(history: &Value, want: &[Expected], p: &Pack) {
     let records = history["records"].as_array().unwrap();
     let ids: Vec<&str> = records.iter().map(|r| r["run"].as_str().unwrap()).collect();
@@ -118,20 +131,7 @@ fn assert_records(history: &Value, want: &[Expected], p: &Pack) {
     let mut last_end = String::new();
     for (r, e) in records.iter().zip(want) {
         let keys: Vec<&str> = r.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "ended_at",
-                "entry",
-                "link",
-                "outcome",
-                "revision",
-                "run",
-                "started_at",
-                "verdict"
-            ],
-            "exactly the contract's fields"
-        );
+        assert_eq!(keys, RECORD_FIELDS, "exactly the contract's fields");
         assert_eq!(
             (&r["outcome"], &r["verdict"]),
             (&e.outcome, &e.verdict),
