@@ -440,10 +440,32 @@ pub async fn delete(
     Ok(Json(answer))
 }
 
+/// `?digest=D`, naming one of a pack's revisions: its archive's, its publication's.
 #[derive(Deserialize)]
-pub struct ArchiveQuery {
+pub struct RevisionQuery {
     /// One of the pack's revisions; the current one when left out.
     digest: Option<String>,
+}
+
+impl RevisionQuery {
+    /// The revision of pack `id` it names (`current` when it names none); not found when the
+    /// pack has no such revision.
+    pub(crate) async fn revision(self, app: &App, id: &str, current: String) -> ApiResult<String> {
+        let digest = self.digest.unwrap_or(current);
+        let held: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM pack_revisions WHERE pack_id = $1 AND digest = $2")
+                .bind(id)
+                .bind(&digest)
+                .fetch_optional(&app.db)
+                .await?;
+        match held {
+            Some(_) => Ok(digest),
+            None => Err(ApiError::NotFound(format!(
+                "revision `{}` of this pack",
+                digest.escape_debug()
+            ))),
+        }
+    }
 }
 
 /// `GET /v1/packs/{id}/archive[?digest=D]`: the gzipped tar a run of that revision is
@@ -452,22 +474,16 @@ pub async fn archive(
     State(app): State<App>,
     caller: Caller,
     Path(id): Path<String>,
-    Query(q): Query<ArchiveQuery>,
+    Query(q): Query<RevisionQuery>,
 ) -> ApiResult<impl IntoResponse> {
     let (_, _, current) = readable(&app, &caller, &id).await?;
     let _trees = app.trees_in_use().await;
-    let digest = q.digest.unwrap_or(current);
-    let held: Option<i64> =
-        sqlx::query_scalar("SELECT seq FROM pack_revisions WHERE pack_id = $1 AND digest = $2")
-            .bind(&id)
-            .bind(&digest)
-            .fetch_optional(&app.db)
-            .await?;
-    let dir = held
-        .and_then(|_| tree_dir(&app.trees_dir(), &digest))
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("revision `{}` of this pack", digest.escape_debug()))
-        })?;
+    let digest = q.revision(&app, &id, current).await?;
+    let dir = tree_dir(&app.trees_dir(), &digest).ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!(
+            "a held revision's digest `{digest}` is malformed"
+        ))
+    })?;
     let bytes = tokio::task::spawn_blocking(move || write_delivery(&dir, Vec::new()))
         .await
         .map_err(anyhow::Error::from)??;

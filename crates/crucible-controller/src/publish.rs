@@ -393,12 +393,6 @@ pub(crate) async fn state_json(db: &AnyPool, digest: &str) -> ApiResult<Value> {
     }))
 }
 
-#[derive(Deserialize)]
-pub struct RetryQuery {
-    /// One of the pack's revisions; the current one when left out.
-    digest: Option<String>,
-}
-
 /// `POST /v1/packs/{id}/publication[?digest=D]` (editors of the pack's team): publish the
 /// revision again now: a failed (permanent) publication is tried once more, a pending one at
 /// once; a published one is left as it is.
@@ -406,23 +400,11 @@ pub async fn retry(
     State(app): State<App>,
     caller: Caller,
     Path(id): Path<String>,
-    Query(q): Query<RetryQuery>,
+    Query(q): Query<crate::packs::RevisionQuery>,
 ) -> ApiResult<Json<Value>> {
     let (team, name, current) = crate::packs::readable(&app, &caller, &id).await?;
     caller.team_for(&team, Role::Editor, "retrying a publication")?;
-    let digest = q.digest.unwrap_or(current);
-    let held: Option<i64> =
-        sqlx::query_scalar("SELECT seq FROM pack_revisions WHERE pack_id = $1 AND digest = $2")
-            .bind(&id)
-            .bind(&digest)
-            .fetch_optional(&app.db)
-            .await?;
-    if held.is_none() {
-        return Err(ApiError::NotFound(format!(
-            "revision `{}` of this pack",
-            digest.escape_debug()
-        )));
-    }
+    let digest = q.revision(&app, &id, current).await?;
     if app.config.registry.is_none() {
         return Err(ApiError::Refused(
             "no pack registry is configured (crucible serve --registry)".into(),
