@@ -229,6 +229,11 @@ impl Server {
             serde_json::json!({ "name": team }),
         );
         assert_eq!(s, 200, "{v}");
+        self.member(team, user, role)
+    }
+
+    /// A user added to `team` with `role`; returns the user's token.
+    pub(crate) fn member(&self, team: &str, user: &str, role: &str) -> String {
         let (s, v) = self.post_json(
             &format!("/v1/teams/{team}/members"),
             &self.admin,

@@ -17,17 +17,6 @@ hold = command(name = "hold", run = "echo {}", depends_on = [gate], when = gate.
 workflow([scan, gate, deploy, hold])
 "#;
 
-/// A member of `team` with `role`: their token.
-fn member(server: &Server, team: &str, name: &str, role: &str) -> String {
-    let (s, v) = server.post_json(
-        &format!("/v1/teams/{team}/members"),
-        &server.admin,
-        json!({ "name": name, "role": role }),
-    );
-    assert_eq!(s, 200, "{v}");
-    v["token"].as_str().unwrap().to_string()
-}
-
 /// Registers the workflow in team red with the route's `timeout`: the pack's digest.
 fn push(server: &Server, token: &str, name: &str, timeout: &str) -> String {
     let tar = tar_of(&[
@@ -64,8 +53,8 @@ fn an_approver_answers_a_runs_decision_through_the_api() {
     for store in Store::all() {
         let server = Server::start(&store, &[]);
         let rita = server.team_with_user("red", "rita", "editor");
-        let ann = member(&server, "red", "ann", "approver");
-        let vic = member(&server, "red", "vic", "viewer");
+        let ann = server.member("red", "ann", "approver");
+        let vic = server.member("red", "vic", "viewer");
         let bo = server.team_with_user("blue", "bo", "approver");
         let digest = push(&server, &rita, "gated", "50s");
         let (s, v) = launch(
@@ -272,7 +261,7 @@ fn an_approver_answers_a_runbook_gate_through_the_api() {
     for store in Store::all() {
         let server = Server::start(&store, &[]);
         let rita = server.team_with_user("red", "rita", "editor");
-        let ann = member(&server, "red", "ann", "approver");
+        let ann = server.member("red", "ann", "approver");
         let tar = tar_of(&[
             file(
                 "crucible.toml",

@@ -76,16 +76,6 @@ if (window.Notification) {
 }
 "#;
 
-fn member(server: &Server, team: &str, name: &str, role: &str) -> String {
-    let (s, v) = server.post_json(
-        &format!("/v1/teams/{team}/members"),
-        &server.admin,
-        json!({ "name": name, "role": role }),
-    );
-    assert_eq!(s, 200, "{v}");
-    v["token"].as_str().unwrap().to_string()
-}
-
 fn entry(path: &str, data: &[u8]) -> (Vec<u8>, tar::EntryType, Vec<u8>, u32) {
     (
         path.as_bytes().to_vec(),
@@ -192,7 +182,7 @@ fn screenshot(page: &mut Page, name: &str) {
 fn gated_server(timeout: &str, page: Option<&mut Page>) -> (Server, String, String, String) {
     let server = Server::start(&Store::Sqlite, &[]);
     let rita = server.team_with_user("red", "rita", "editor");
-    let ann = member(&server, "red", "ann", "approver");
+    let ann = server.member("red", "ann", "approver");
     let (png, jpeg) = match page {
         Some(p) => (p.picture("png", "teal"), p.picture("jpeg", "darkorange")),
         None => (b"\x89PNG".to_vec(), b"\xff\xd8\xff".to_vec()),
@@ -375,7 +365,7 @@ fn ui_notifies_approvers_not_viewers_and_an_expired_request_routes_uncertain() {
     let Some(b) = browser() else { return };
     let mut blank = b.page("http://127.0.0.1", false);
     let (server, rita, ann, digest) = gated_server("15s", Some(&mut blank));
-    let vic = member(&server, "red", "vic", "viewer");
+    let vic = server.member("red", "vic", "viewer");
     let mut approver = signed_in(&server, &ann, true).unwrap();
     let mut viewer = signed_in(&server, &vic, true).unwrap();
     for p in [&mut approver, &mut viewer] {
@@ -475,7 +465,7 @@ fn ui(
 #[test]
 fn ui_pages_need_a_session_and_read_as_the_api_does() {
     let (server, rita, ann, digest) = gated_server("90s", None);
-    let vic = member(&server, "red", "vic", "viewer");
+    let vic = server.member("red", "vic", "viewer");
     let bo = server.team_with_user("blue", "bo", "admin");
     let run = launch_to_gate(&server, &rita, &digest);
     let gate = format!("/ui/runs/{run}/decisions/gate");

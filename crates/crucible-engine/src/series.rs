@@ -58,7 +58,7 @@ pub fn history(state: &Path, name: &str, max_bytes: u64) -> Result<History, Stri
         };
         if run.series.as_deref() == Some(name) {
             let link = format!("file://{}", dir.display());
-            if let Some(r) = record(&dir, link) {
+            if let Some(r) = record_of(&dir, run, link) {
                 records.push(r);
             }
         }
@@ -71,7 +71,11 @@ pub fn history(state: &Path, name: &str, max_bytes: u64) -> Result<History, Stri
 /// shutdown line, and it ends at its last logged line. `None` for a run that logged nothing (it
 /// never started). The controller builds its series' records with this too.
 pub fn record(dir: &Path, link: String) -> Option<Record> {
-    let run = state::read_run_json(dir)?;
+    record_of(dir, state::read_run_json(dir)?, link)
+}
+
+/// [`record`] of a run whose `run.json` is already read.
+fn record_of(dir: &Path, run: state::RunJson, link: String) -> Option<Record> {
     let lines = state::read_log(dir);
     let last_ts = lines.last()?.ts.clone();
     let mut shutdown = None;

@@ -43,6 +43,14 @@ pub(crate) fn read<T>(who: &Caller, r: ApiResult<Json<T>>) -> Result<T, Refused>
     r.map(|Json(v)| v).map_err(|e| failure(Some(who), e).into())
 }
 
+/// One run as `GET /v1/runs/{id}` shows it to the signed-in subject (the API's own scoping).
+async fn shown(app: &App, c: &Caller, id: &str) -> Result<Value, Refused> {
+    read(
+        c,
+        runs::show(State(app.clone()), c.clone(), Path(id.to_string())).await,
+    )
+}
+
 pub(crate) async fn signin_form() -> Response {
     page(
         None,
@@ -125,10 +133,7 @@ async fn runs_html(app: &App, c: &Caller) -> Result<String, Refused> {
     let all = listed["runs"].as_array().cloned().unwrap_or_default();
     for summary in all.iter().take(RUNS_SHOWN) {
         let id = summary["id"].as_str().unwrap_or_default();
-        let run = read(
-            c,
-            runs::show(State(app.clone()), c.clone(), Path(id.to_string())).await,
-        )?;
+        let run = shown(app, c, id).await?;
         out.push_str(&format!(
             "<tr data-run=\"{}\"><td><a href=\"/ui/runs/{}\">{}</a></td><td>{}</td>\
              <td class=\"state {}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -194,10 +199,7 @@ pub(crate) async fn run(
     Signed(c): Signed,
     Path(id): Path<String>,
 ) -> PageResult {
-    let show = read(
-        &c,
-        runs::show(State(app.clone()), c.clone(), Path(id.clone())).await,
-    )?;
+    let show = shown(&app, &c, &id).await?;
     let summary = summary_html(&app, &c, &id, &show).await?;
     let graph = graph_html(&app, &id, &show);
     let tasks = tasks_html(&app, &c, &id, &show).await?;
@@ -219,10 +221,7 @@ pub(crate) async fn run_summary(
     Signed(c): Signed,
     Path(id): Path<String>,
 ) -> PageResult {
-    let show = read(
-        &c,
-        runs::show(State(app.clone()), c.clone(), Path(id.clone())).await,
-    )?;
+    let show = shown(&app, &c, &id).await?;
     Ok(fragment(summary_html(&app, &c, &id, &show).await?))
 }
 
@@ -231,10 +230,7 @@ pub(crate) async fn run_graph(
     Signed(c): Signed,
     Path(id): Path<String>,
 ) -> PageResult {
-    let show = read(
-        &c,
-        runs::show(State(app.clone()), c.clone(), Path(id.clone())).await,
-    )?;
+    let show = shown(&app, &c, &id).await?;
     Ok(fragment(graph_html(&app, &id, &show)))
 }
 
@@ -243,10 +239,7 @@ pub(crate) async fn run_tasks(
     Signed(c): Signed,
     Path(id): Path<String>,
 ) -> PageResult {
-    let show = read(
-        &c,
-        runs::show(State(app.clone()), c.clone(), Path(id.clone())).await,
-    )?;
+    let show = shown(&app, &c, &id).await?;
     Ok(fragment(tasks_html(&app, &c, &id, &show).await?))
 }
 
