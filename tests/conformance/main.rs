@@ -22,6 +22,7 @@ mod controller;
 mod controller_asks;
 mod controller_decisions;
 mod controller_kube;
+mod controller_link;
 mod controller_publish;
 mod controller_runs;
 mod controller_sandbox;

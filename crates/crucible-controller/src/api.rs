@@ -3,7 +3,8 @@
 //! controller answers, by construction.
 
 use crate::{
-    asks, audit, decisions, drafts, identity, kube, launches, packs, publish, runs, standing, App,
+    asks, audit, decisions, drafts, identity, kube, launches, link, packs, publish, runs, standing,
+    App,
 };
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
@@ -269,9 +270,22 @@ pub fn endpoints() -> Vec<Endpoint> {
             || get(runs::events),
         )
         .answer(Answer::EventStream),
-        op(Post, "/v1/runs/{id}/stop", "Stop a running run (editors)", || {
+        op(Post, "/v1/runs/{id}/stop", "Stop a running run (editors); a remote run is recorded stopped and its token dies", || {
             post(runs::stop)
         }),
+        op(
+            Post,
+            "/v1/remote-runs",
+            "Record a run an engine outside the controller executes (editors): a launch's fields; answers its id, its run token (once) and its engine's environment",
+            || post(link::create),
+        )
+        .body(Body::Json),
+        op(
+            Get,
+            "/v1/runs/{id}/report",
+            "How many session log lines of the run the controller holds (the run's token)",
+            || get(link::acknowledged),
+        ),
         op(
             Get,
             "/v1/decisions",

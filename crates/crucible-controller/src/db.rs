@@ -35,6 +35,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "publications",
         include_str!("../migrations/0010_publications.sql"),
     ),
+    (
+        11,
+        "run_tokens",
+        include_str!("../migrations/0011_run_tokens.sql"),
+    ),
 ];
 
 /// Every column that records a pack tree's digest (RFC-0002:C-PACK-BASE): a stored tree is

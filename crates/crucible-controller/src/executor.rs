@@ -49,9 +49,14 @@ impl Observer for Relay {
     }
 }
 
-/// How a run's engine ended, as recorded.
-enum Ended {
-    Ran(Box<RunSummary>),
+/// How a run's engine ended, as recorded: what its shutdown said (the engine's summary, or for
+/// a run executed elsewhere the shutdown line it reported, `link`), or why it never ran.
+pub(crate) enum Ended {
+    Ran {
+        outcome: String,
+        verdict: String,
+        reason: Option<String>,
+    },
     Refused(String),
     Failed(String),
 }
@@ -59,7 +64,11 @@ enum Ended {
 impl From<Result<RunSummary, RunError>> for Ended {
     fn from(r: Result<RunSummary, RunError>) -> Ended {
         match r {
-            Ok(s) => Ended::Ran(Box::new(s)),
+            Ok(s) => Ended::Ran {
+                outcome: s.outcome.to_string(),
+                verdict: s.verdict.to_string(),
+                reason: s.reason,
+            },
             Err(e) => match e.kind {
                 RunErrorKind::Refused => Ended::Refused(e.message),
                 RunErrorKind::State => Ended::Failed(e.message),
@@ -126,20 +135,25 @@ impl Executor {
     }
 }
 
-async fn record_end(db: &AnyPool, id: &str, ended: &Ended) -> Result<()> {
+/// Records the run ended; a run already recorded ended keeps its first end.
+pub(crate) async fn record_end(db: &AnyPool, id: &str, ended: &Ended) -> Result<()> {
     let (state, outcome, verdict, reason) = match ended {
-        Ended::Ran(s) => (
+        Ended::Ran {
+            outcome,
+            verdict,
+            reason,
+        } => (
             "finished",
-            Some(s.outcome.to_string()),
-            Some(s.verdict.to_string()),
-            s.reason.clone(),
+            Some(outcome.clone()),
+            Some(verdict.clone()),
+            reason.clone(),
         ),
         Ended::Refused(why) => ("refused", None, None, Some(why.clone())),
         Ended::Failed(why) => ("failed", None, None, Some(why.clone())),
     };
     sqlx::query(
         "UPDATE runs SET state = $1, outcome = $2, verdict = $3, reason = $4, ended_at = $5 \
-         WHERE id = $6",
+         WHERE id = $6 AND state = 'running'",
     )
     .bind(state)
     .bind(outcome)
@@ -167,7 +181,8 @@ pub async fn resume_all(app: &App) -> Result<()> {
         }
     }
     let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
-        "SELECT id, digest, request, series_id FROM runs WHERE state = 'running' ORDER BY id",
+        "SELECT id, digest, request, series_id FROM runs \
+         WHERE state = 'running' AND executor = 'local' ORDER BY id",
     )
     .fetch_all(&app.db)
     .await?;

@@ -99,12 +99,12 @@ impl Caller {
     }
 }
 
-fn hash_token(token: &str) -> String {
+pub(crate) fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 /// A new random token (256 bits from the kernel).
-fn new_token() -> anyhow::Result<String> {
+pub(crate) fn new_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     let mut filled = 0;
     while filled < bytes.len() {

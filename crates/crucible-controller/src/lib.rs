@@ -26,6 +26,7 @@ pub mod executor;
 pub mod identity;
 pub mod kube;
 pub mod launches;
+pub mod link;
 pub mod oci;
 pub mod packs;
 pub mod publish;

@@ -38,11 +38,13 @@ struct Recorded {
     created_at: i64,
     ended_at: Option<i64>,
     series: Option<String>,
+    /// `local` or `remote` (`link`).
+    executor: String,
 }
 
 const SELECT: &str = "SELECT r.id, r.team_id, t.name AS team, u.name AS launched_by, r.digest, \
      r.source, r.request, r.state, r.outcome, r.verdict, r.reason, r.dispatches, r.created_at, \
-     r.ended_at, r.series_id FROM runs r JOIN subjects t ON t.id = r.team_id \
+     r.ended_at, r.series_id, r.executor FROM runs r JOIN subjects t ON t.id = r.team_id \
      JOIN subjects u ON u.id = r.subject_id";
 
 impl Recorded {
@@ -64,6 +66,7 @@ impl Recorded {
             created_at: r.try_get("created_at")?,
             ended_at: r.try_get("ended_at")?,
             series: r.try_get("series_id")?,
+            executor: r.try_get("executor")?,
         })
     }
 
@@ -82,7 +85,17 @@ impl Recorded {
             "created_at_ms": self.created_at,
             "ended_at_ms": self.ended_at,
             "series": self.series,
+            "executor": self.executor,
         })
+    }
+
+    /// Whether its engine may still write to its session log: a local run while this
+    /// controller executes it, a remote one while it is recorded running.
+    fn live(&self, app: &App) -> bool {
+        match self.executor.as_str() {
+            crate::link::REMOTE => self.state == "running",
+            _ => app.executor.is_live(&self.id),
+        }
     }
 }
 
@@ -161,7 +174,7 @@ pub async fn show(
     let mut out = run.summary();
     out["request"] = run.request.clone();
     out["dispatches"] = json!(run.dispatches);
-    out["live"] = json!(app.executor.is_live(&id));
+    out["live"] = json!(run.live(&app));
     out["engine_run"] = json!(dir
         .as_deref()
         .and_then(|d| d.file_name())
@@ -294,7 +307,11 @@ pub async fn stop(
             run.team
         )));
     }
-    if !app.executor.stop(&id) {
+    let stopped = match run.executor.as_str() {
+        crate::link::REMOTE => crate::link::stop(&app, &caller, &id).await?,
+        _ => app.executor.stop(&id),
+    };
+    if !stopped {
         return Err(ApiError::Refused(format!(
             "the run is not running: it is {}",
             run.state
@@ -317,6 +334,8 @@ struct Tail {
     live: Option<tokio::sync::broadcast::Receiver<crate::executor::LiveEvent>>,
     queued: VecDeque<Bytes>,
     ended: bool,
+    /// The run's executor: a remote run is live while it is recorded running.
+    executor: String,
 }
 
 fn frame(event: &str, data: &str) -> Bytes {
@@ -352,6 +371,21 @@ impl Tail {
         }
     }
 
+    /// Whether the run's engine may still write to its log.
+    async fn live(&self) -> bool {
+        if self.executor != crate::link::REMOTE {
+            return self.app.executor.is_live(&self.id);
+        }
+        let state: Option<String> = sqlx::query_scalar("SELECT state FROM runs WHERE id = $1")
+            .bind(&self.id)
+            .fetch_optional(&self.app.db)
+            .await
+            .ok()
+            .flatten();
+        // A store that cannot be read is not taken for an end.
+        state.is_none_or(|s| s == "running")
+    }
+
     /// The next frame: a log line, a live event, or, once the run has ended and its log is
     /// read to the end, the `end` event with the run's recorded state; `None` after that.
     async fn next(&mut self) -> Option<Bytes> {
@@ -362,7 +396,7 @@ impl Tail {
             if self.ended {
                 return None;
             }
-            if !self.app.executor.is_live(&self.id) {
+            if !self.live().await {
                 // The engine is done writing: read the rest, then say how it ended.
                 self.read_log();
                 self.ended = true;
@@ -412,8 +446,9 @@ pub async fn events(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    readable(&app, &caller, &id).await?;
+    let run = readable(&app, &caller, &id).await?;
     let tail = Tail {
+        executor: run.executor,
         live: app.executor.subscribe(&id),
         app,
         id,

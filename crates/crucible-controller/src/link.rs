@@ -1,0 +1,260 @@
+//! Engines outside the controller (issue 14's remote engine, issue 17's Kubernetes Jobs): a run
+//! recorded with the executor `remote` is executed by an engine elsewhere, which reaches this
+//! controller only by requests it initiates, authenticated by the run's token. Whoever
+//! dispatches such a run records it (`POST /v1/remote-runs`, or a dispatcher in this crate
+//! through [`record_remote_run`]) and mints its token ([`mint_run_token`]), which the engine is
+//! handed as `CRUCIBLE_RUN_TOKEN` with `CRUCIBLE_CONTROLLER_URL` and `CRUCIBLE_CONTROLLER_RUN`.
+//!
+//! A run token is random, shown once, stored only as its SHA-256 (as an API token is), and
+//! scoped to its one run: it is no API token (it reads no pack, run or team), it opens, polls
+//! and withdraws only its run's decision requests and reports only its run's session log, and
+//! it is refused once the run is recorded ended.
+
+use crate::db::{new_id, now_ms};
+use crate::error::{ApiError, ApiResult};
+use crate::identity::{hash_token, new_token, Caller};
+use crate::launches::{candidates, LaunchRequest};
+use crate::packs::editable_team;
+use crate::{audit, App};
+use anyhow::Context;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::Json;
+use serde_json::{json, Value};
+use sqlx::AnyPool;
+
+/// The `runs.executor` of a run this controller executes on its embedded engine.
+pub const LOCAL: &str = "local";
+/// The `runs.executor` of a run an engine elsewhere executes: never dispatched nor resumed here.
+pub const REMOTE: &str = "remote";
+
+/// The environment a remote engine is given (docs/controller.md).
+pub const CONTROLLER_URL_ENV: &str = "CRUCIBLE_CONTROLLER_URL";
+pub const CONTROLLER_RUN_ENV: &str = "CRUCIBLE_CONTROLLER_RUN";
+pub const RUN_TOKEN_ENV: &str = "CRUCIBLE_RUN_TOKEN";
+
+/// Mints a token for run `run_id`, which must be recorded `running` with the executor `remote`
+/// (a local run's engine needs none; an ended run's token would be dead). Only its SHA-256 is
+/// stored; the token is returned once, for the dispatcher to hand to the run's engine. A run may
+/// hold several (each dispatch of a rescheduled pod may mint its own); all die with the run.
+pub async fn mint_run_token(db: &AnyPool, run_id: &str) -> anyhow::Result<String> {
+    let executor: Option<(String, String)> =
+        sqlx::query_as("SELECT executor, state FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(db)
+            .await?;
+    match executor {
+        Some((e, s)) if e == REMOTE && s == "running" => {}
+        Some((e, s)) => anyhow::bail!(
+            "run {run_id} is {s} with the executor {e}: a run token is minted only for a running remote run"
+        ),
+        None => anyhow::bail!("run {run_id} is not recorded"),
+    }
+    let token = new_token()?;
+    sqlx::query("INSERT INTO run_tokens (hash, run_id, created_at) VALUES ($1, $2, $3)")
+        .bind(hash_token(&token))
+        .bind(run_id)
+        .bind(now_ms())
+        .execute(db)
+        .await
+        .with_context(|| format!("recording a token for run {run_id}"))?;
+    Ok(token)
+}
+
+/// What a dispatcher records for a remote run.
+pub struct RemoteRun<'a> {
+    pub team_id: &'a str,
+    /// The subject the run is launched by (its `launched_by`).
+    pub subject_id: &'a str,
+    /// The pack digest the run is delivered (kept stored while the run records it).
+    pub digest: &'a str,
+    /// How the launch named it (`pack`, `draft:NAME version N`).
+    pub source: &'a str,
+    /// The launch as accepted, shown with the run.
+    pub request: &'a LaunchRequest,
+}
+
+/// Records a remote run, `running`, with its audit row, and mints its token: the run's id and
+/// the token. The run is shown through the run endpoints as any run is; what it did comes from
+/// the session log its engine reports.
+pub async fn record_remote_run(
+    db: &AnyPool,
+    run: &RemoteRun<'_>,
+) -> anyhow::Result<(String, String)> {
+    let id = new_id();
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "INSERT INTO runs (id, team_id, subject_id, digest, source, request, state, dispatches, \
+         created_at, executor) VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7, $8)",
+    )
+    .bind(&id)
+    .bind(run.team_id)
+    .bind(run.subject_id)
+    .bind(run.digest)
+    .bind(run.source)
+    .bind(serde_json::to_string(run.request)?)
+    .bind(now_ms())
+    .bind(REMOTE)
+    .execute(&mut *tx)
+    .await?;
+    audit::record(
+        &mut tx,
+        run.subject_id,
+        "run.remote",
+        &format!("run:{id}"),
+        &format!("{} ({})", run.digest, run.source),
+    )
+    .await?;
+    tx.commit().await?;
+    let token = mint_run_token(db, &id).await?;
+    Ok((id, token))
+}
+
+/// `POST /v1/remote-runs` (editors): records a run an engine outside the controller executes
+/// (the launch's `pack` one of the team's digests or `draft:NAME`, its newest version), and
+/// answers its id, its token (once) and the environment its engine is given. Nothing is
+/// compiled or delivered here: the engine that runs it admits it as `plan run` does.
+pub async fn create(
+    State(app): State<App>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let req: LaunchRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the launch is not well-formed: {e}")))?;
+    let (_, team_id) = editable_team(&caller, req.team.clone(), "recording a remote run")?;
+    req.compile_params()?;
+    req.max_secs()?;
+    let (digest, source) = candidates(&app, &team_id, &req.pack, None)
+        .await?
+        .into_iter()
+        .next()
+        .expect("candidates are never empty");
+    let (id, token) = record_remote_run(
+        &app.db,
+        &RemoteRun {
+            team_id: &team_id,
+            subject_id: &caller.id,
+            digest: &digest,
+            source: &source,
+            request: &req,
+        },
+    )
+    .await?;
+    Ok(Json(json!({
+        "id": id,
+        "digest": digest,
+        "source": source,
+        "token": token,
+        "env": {
+            CONTROLLER_URL_ENV: app.base_url.as_ref(),
+            CONTROLLER_RUN_ENV: id,
+            RUN_TOKEN_ENV: token,
+        },
+    })))
+}
+
+/// The engine of a remote run, authenticated by its run token: only while the run is recorded
+/// `running`. Any other bearer (an API token, another run's token, a dead one) is refused as
+/// unauthenticated.
+#[derive(Clone, Debug)]
+pub struct RunCaller {
+    /// The controller's id of the run.
+    pub run: String,
+    pub team_id: String,
+}
+
+impl RunCaller {
+    /// Refuses a request about a run other than the token's own.
+    pub fn only(&self, run: &str) -> ApiResult<()> {
+        if run == self.run {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "this run token is scoped to run {}, not to run `{}`",
+                self.run,
+                run.escape_debug()
+            )))
+        }
+    }
+}
+
+impl FromRequestParts<App> for RunCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> ApiResult<RunCaller> {
+        let token = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(ApiError::Unauthenticated)?;
+        let row: Option<(String, String)> = sqlx::query_as(
+            "SELECT r.id, r.team_id FROM run_tokens t JOIN runs r ON r.id = t.run_id \
+             WHERE t.hash = $1 AND r.state = 'running' AND r.executor = $2",
+        )
+        .bind(hash_token(token.trim()))
+        .bind(REMOTE)
+        .fetch_optional(&app.db)
+        .await?;
+        let (run, team_id) = row.ok_or(ApiError::Unauthenticated)?;
+        Ok(RunCaller { run, team_id })
+    }
+}
+
+/// `GET /v1/runs/{id}/report` (the run's token): how many session log lines of the run the
+/// controller holds, which the engine reports from.
+pub async fn acknowledged(
+    State(app): State<App>,
+    engine: RunCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    engine.only(&id)?;
+    let (engine_run, lines) = held(&app, &id);
+    Ok(Json(json!({
+        "run": id,
+        "engine_run": engine_run,
+        "acknowledged": lines,
+    })))
+}
+
+/// The engine run whose log the controller holds for run `id`, and how many complete lines.
+fn held(app: &App, id: &str) -> (Option<String>, u64) {
+    match crate::runs::engine_dir(app, id) {
+        Some(dir) => {
+            let bytes = std::fs::read(dir.join("session.jsonl")).unwrap_or_default();
+            let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+            (name, lines)
+        }
+        None => (None, 0),
+    }
+}
+
+/// Stops a remote run on the controller (`POST /v1/runs/{id}/stop` on one, editors): it is
+/// recorded ended (`stopped`), so its token dies and its engine can open no more decisions nor
+/// report more lines. The engine itself is its dispatcher's to stop (a Job is deleted).
+pub(crate) async fn stop(app: &App, caller: &Caller, id: &str) -> ApiResult<bool> {
+    let done = sqlx::query(
+        "UPDATE runs SET state = 'finished', outcome = 'stopped', reason = $1, ended_at = $2 \
+         WHERE id = $3 AND executor = $4 AND state = 'running'",
+    )
+    .bind("stopped on the controller")
+    .bind(now_ms())
+    .bind(id)
+    .bind(REMOTE)
+    .execute(&app.db)
+    .await?;
+    if done.rows_affected() == 1 {
+        let mut tx = app.db.begin().await?;
+        audit::record(
+            &mut tx,
+            &caller.id,
+            "run.stop",
+            &format!("run:{id}"),
+            "remote",
+        )
+        .await?;
+        tx.commit().await?;
+    }
+    Ok(done.rows_affected() == 1)
+}
