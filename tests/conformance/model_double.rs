@@ -7,7 +7,8 @@
 //!   the first turn runs beside its writes), `final_delay_ms` (held before a turn's last
 //!   answer, after its writes: the turn runs on with its first call's spend streamed), `fail`
 //!   (an HTTP
-//!   status every model call answers with), `delay_ms` (held before answering);
+//!   status every model call answers with), `delay_ms` (held before answering), `stages` (a
+//!   script per runbook stage, followed in the turn of that stage);
 //! - a write tool offered and a script found → one write call per file until they are all in
 //!   the workspace ([`decide`]); anything else → a short text.
 //!
@@ -95,9 +96,19 @@ impl ModelDouble {
     }
 }
 
-/// The `SCRIPT:{...}` a request's messages carry, else the default script, if any.
+/// The `SCRIPT:{...}` a request's messages carry, else the default script, if any. A script of
+/// `stages` (stage name → script) follows the one of the runbook stage the conversation is in
+/// last (its turn's prompt says `# Runbook stage `NAME``; issue 15).
 pub fn script(body: &Value, default: Option<&Value>) -> Option<Value> {
-    own_script(body).or_else(|| default.cloned())
+    let s = own_script(body).or_else(|| default.cloned())?;
+    let Some(stages) = s.get("stages") else {
+        return Some(s);
+    };
+    let text = body.get("messages").or(body.get("input"))?.to_string();
+    let marker = "# Runbook stage `";
+    let at = text.rfind(marker)? + marker.len();
+    let name = &text[at..at + text[at..].find('`')?];
+    stages.get(name).cloned()
 }
 
 fn own_script(body: &Value) -> Option<Value> {

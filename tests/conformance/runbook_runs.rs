@@ -97,11 +97,13 @@ fn command_backend(agent_cmd: &str) -> String {
     format!("backend = \"command\"\nagent_cmd = '''{agent_cmd}'''")
 }
 
-/// The stand-in that follows the procedure: keeps its prompt and the skill it read in the probe,
-/// writes the plan and `report` as the report, and answers.
+/// The stand-in that follows the procedure, one stage per turn: notes each stage it runs in
+/// `$PACK/stages` and keeps its prompt (as `prompt.md` and `prompt-<stage>.md`) and the skill it
+/// read in the probe; the plan stage writes the plan, the report stage (with the plan there)
+/// writes `report` as the report; each answers with a spend of 0.25.
 fn follows(report: &str) -> String {
     format!(
-        r#"cp "$CRUCIBLE_PROMPT_FILE" "$PACK/prompt.md"; cp "$CRUCIBLE_SKILL_DIR/skills/research/SKILL.md" "$PACK/skill.md"; mkdir -p results; printf 'the plan' > results/plan.md; printf '{report}' > results/report.md; echo '{{"summary": "done"}}' > PLAN_TASK_RESULT.json"#
+        r#"echo "$CRUCIBLE_RUNBOOK_STAGE" >> "$PACK/stages"; cp "$CRUCIBLE_PROMPT_FILE" "$PACK/prompt.md"; cp "$CRUCIBLE_PROMPT_FILE" "$PACK/prompt-$CRUCIBLE_RUNBOOK_STAGE.md"; cp "$CRUCIBLE_SKILL_DIR/skills/research/SKILL.md" "$PACK/skill.md"; mkdir -p results; case "$CRUCIBLE_RUNBOOK_STAGE" in plan) printf 'the plan' > results/plan.md;; report) test -f results/plan.md && printf '{report}' > results/report.md;; esac; echo '{{"summary": "done", "cost_usd": 0.25}}' > PLAN_TASK_RESULT.json"#
     )
 }
 
@@ -429,6 +431,183 @@ fn a_gate_is_decided_at_the_terminal() {
     }
 }
 
+/// What `p`'s last run logged of its runbook's stages, in order: each `runbook_stage` line as
+/// `stage <name> gate <approved>` (`null` before its gate is decided), `decision_opened`, and
+/// the task's row.
+fn stage_lines(p: &Pack) -> Vec<String> {
+    (p.log().iter())
+        .filter_map(|l| match l["kind"].as_str()? {
+            "runbook_stage" => Some(format!(
+                "stage {} gate {}",
+                l["checkpoint"]["stage"].as_str()?,
+                l["checkpoint"]["gate"]["approved"]
+            )),
+            k @ ("decision_opened" | "task_result") => Some(k.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+// Issue 15, RFC-0002:C-HUMAN-DECISION at stage boundaries, on the command backend: a runbook
+// with two checkpoints runs as two turns, in order. The plan's turn ends, its checkpoint is
+// hashed into the ledger and logged, and its gate is put to a person at the terminal before
+// the report's turn starts: approved, the report's turn runs, told which stage it is in and
+// that the plan's is done (with its hash and decision), the workspace carrying the plan; the
+// row holds each stage's hash and the spend of both turns. Rejected, the report's stage never
+// runs: no turn, no prompt, no report, one checkpoint in the ledger.
+#[test]
+fn c_human_decision_a_runbook_runs_a_turn_per_stage_with_its_gate_between_them() {
+    for (typed, approved) in [("yes\n\n", true), ("no\n\n", false)] {
+        let p = pack(&["triage"], &command_backend(&follows("the report")));
+        bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, true));
+        let command = format!("{BIN} {}", p.run_args(&[]).join(" "));
+        let probe = p.probe().to_string_lossy().into_owned();
+        let r = on_a_terminal(&command, p.path(), &[("PACK", &probe)], typed);
+        assert!(
+            r.stdout.contains("gate approve-plan of runbook triage"),
+            "{r:?}"
+        );
+        let ran = std::fs::read_to_string(p.probe().join("stages")).unwrap();
+        let first = std::fs::read_to_string(p.probe().join("prompt-plan.md")).unwrap();
+        assert!(first.contains("# Triage procedure"), "{first}");
+        assert!(first.contains("# Runbook stage `plan` (1 of 2)"), "{first}");
+        assert!(first.contains("No stage is done yet."), "{first}");
+        assert!(
+            first.contains("Then a person decides the gate `approve-plan`"),
+            "{first}"
+        );
+        let row = p.row("triage");
+        let ledger = &row["runbook"];
+        let plan = &ledger["checkpoints"][0];
+        assert_eq!(plan["stage"], "plan");
+        assert_eq!(plan["artifacts"][0]["sha256"], sha256(b"the plan"));
+        assert_eq!(plan["gate"]["approved"], approved, "{plan}");
+        if approved {
+            assert_eq!(r.code, 0, "{r:?}");
+            assert_eq!(row["status"], "pass", "{row}");
+            assert_eq!(ran, "plan\nreport\n");
+            assert_eq!(
+                stage_lines(&p),
+                [
+                    "stage plan gate null",
+                    "decision_opened",
+                    "stage plan gate true",
+                    "stage report gate null",
+                    "task_result"
+                ]
+            );
+            let report = &ledger["checkpoints"][1];
+            assert_eq!(report["stage"], "report");
+            assert_eq!(report["artifacts"][0]["sha256"], sha256(b"the report"));
+            let second = std::fs::read_to_string(p.probe().join("prompt-report.md")).unwrap();
+            assert!(second.contains("# Triage procedure"), "{second}");
+            assert!(
+                second.contains("# Runbook stage `report` (2 of 2)"),
+                "{second}"
+            );
+            let by = plan["gate"]["by"].as_str().unwrap();
+            assert!(
+                second.contains(&format!(
+                    "- `plan` (Plan ready): results/plan.md sha256:{} (8 bytes); gate `approve-plan` approved by {by}",
+                    sha256(b"the plan")
+                )),
+                "{second}"
+            );
+            assert!(second.contains("This is the last stage"), "{second}");
+            assert_eq!(row["cost_usd"], 0.5, "both turns' spend");
+            assert_eq!(
+                std::fs::read_to_string(p.workspace().join("results/report.md")).unwrap(),
+                "the report"
+            );
+        } else {
+            assert_eq!(r.code, 3, "{r:?}");
+            assert_eq!(ran, "plan\n", "the report's stage never ran");
+            assert_eq!(
+                stage_lines(&p),
+                ["stage plan gate null", "decision_opened", "task_result"]
+            );
+            assert_eq!(ledger["checkpoints"].as_array().unwrap().len(), 1);
+            assert!(!p.probe().join("prompt-report.md").exists());
+            assert!(!p.workspace().join("results/report.md").exists());
+            assert_eq!(row["cost_usd"], 0.25);
+            assert!(
+                row["note"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("runbook `triage`: gate `approve-plan` was rejected by terminal:"),
+                "{row}"
+            );
+        }
+    }
+}
+
+// Issue 15, RFC-0002:C-PLAYBOOK-RESUME between stages: an engine SIGKILLed while the report's
+// turn runs (the plan's stage done and logged) resumes at the first unsettled stage. The plan's
+// turn never runs again: its kept artifact is put back (the same bytes, so the same hash) and
+// the report's turn runs on it; the row holds both stages and what both turns spent.
+#[test]
+fn c_playbook_resume_a_runbook_killed_between_stages_resumes_at_the_first_unsettled_stage() {
+    let slow = r#"if [ "$CRUCIBLE_RUNBOOK_STAGE" = report ] && [ ! -e "$PACK/report-began" ]; then touch "$PACK/report-began"; sleep 60; fi; "#;
+    let p = pack(
+        &["triage"],
+        &command_backend(&format!("{slow}{}", follows("the report"))),
+    );
+    bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, false));
+    let mut child = p.command(&p.run_args(&[])).0.spawn().unwrap();
+    crate::support::wait_for_file(&p.probe().join("report-began"), 30);
+    let began = std::time::Instant::now();
+    while stage_lines(&p).is_empty() {
+        assert!(
+            began.elapsed().as_secs() < 10,
+            "the plan's stage was never logged"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(stage_lines(&p), ["stage plan gate null"]);
+    child.kill().unwrap(); // SIGKILL: between the plan's stage and the report's
+    child.wait().unwrap();
+
+    let r = p.run(&["--resume"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let ran = std::fs::read_to_string(p.probe().join("stages")).unwrap();
+    assert_eq!(ran, "plan\nreport\n", "the plan's turn ran once");
+    let row = p.row("triage");
+    assert_eq!(row["status"], "pass", "{row}");
+    let ledger = &row["runbook"];
+    assert_eq!(
+        ledger["checkpoints"][0]["artifacts"][0]["sha256"],
+        sha256(b"the plan")
+    );
+    assert_eq!(
+        ledger["checkpoints"][1]["artifacts"][0]["sha256"],
+        sha256(b"the report")
+    );
+    assert_eq!(
+        row["cost_usd"], 0.5,
+        "the plan's spend before the kill counts"
+    );
+    let second = std::fs::read_to_string(p.probe().join("prompt-report.md")).unwrap();
+    assert!(
+        second.contains(&format!(
+            "- `plan` (Plan ready): results/plan.md sha256:{} (8 bytes)",
+            sha256(b"the plan")
+        )),
+        "{second}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.workspace().join("results/plan.md")).unwrap(),
+        "the plan"
+    );
+    assert_eq!(
+        stage_lines(&p),
+        [
+            "stage plan gate null",
+            "stage report gate null",
+            "task_result"
+        ]
+    );
+}
+
 /// A runbook pack with a gate whose decisions a scripted controller answers with `answer`.
 fn gated_pack() -> Pack {
     let p = pack(&["triage"], &command_backend(&follows("the report")));
@@ -672,6 +851,10 @@ fn the_runbook_example_on_the_command_backend() {
         "{row}"
     );
     assert!(!ro.path().join("workspace/results").exists());
+    // The plan's stage failed: the report's never ran.
+    let stages = row["runbook"]["checkpoints"].as_array().unwrap();
+    assert_eq!(stages.len(), 1, "{row}");
+    assert_eq!(stages[0]["stage"], "plan");
 }
 
 // The runbook example on a real agent CLI (pi) against the scripted model endpoint, whose
@@ -679,11 +862,14 @@ fn the_runbook_example_on_the_command_backend() {
 // hashed; writing no report, it fails naming the predicate; with a gate it is approved at the
 // terminal; without `filesystem.write` the sandbox refuses the turn's writes (its shell says
 // so to the model) and only its result reaches the engine.
-#[test]
-fn the_runbook_example_on_a_real_agent_cli() {
-    let Some(cli) = crate::support::agent_cli("pi") else {
-        return;
-    };
+/// The runbook example on pi against a scripted model endpoint following `script`, changed by
+/// `edit`, run with `typed` typed at a terminal when given; `None` without the CLI.
+fn example_on_pi(
+    script: Value,
+    edit: &dyn Fn(&str, String) -> String,
+    typed: Option<&str>,
+) -> Option<(tempfile::TempDir, Ran, crate::model_double::ModelDouble)> {
+    let cli = crate::support::agent_cli("pi")?;
     let on_pi = |rel: &str, t: String| match rel {
         "crucible.toml" => {
             t.replace(
@@ -696,19 +882,27 @@ fn the_runbook_example_on_a_real_agent_cli() {
         }
         _ => t,
     };
+    let model = crate::model_double::ModelDouble::with_default(script);
+    let dir = example(|rel, t| edit(rel, on_pi(rel, t)));
+    let binding = serde_json::json!({"version": 1, "bindings": [{"role": "agent",
+        "protocol": "chat_completions", "url": model.url(), "model": "scripted-1",
+        "key_env": "SCRIPTED_KEY"}]});
+    let env = [
+        ("CRUCIBLE_INFERENCE", binding.to_string()),
+        ("SCRIPTED_KEY", "sk-scripted".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = run_example(dir.path(), &env, typed);
+    Some((dir, r, model))
+}
+
+#[test]
+fn the_runbook_example_on_a_real_agent_cli() {
+    if crate::support::agent_cli("pi").is_none() {
+        return;
+    }
     let scenario = |script: Value, edit: &dyn Fn(&str, String) -> String, typed: Option<&str>| {
-        let model = crate::model_double::ModelDouble::with_default(script);
-        let dir = example(|rel, t| edit(rel, on_pi(rel, t)));
-        let binding = serde_json::json!({"version": 1, "bindings": [{"role": "agent",
-            "protocol": "chat_completions", "url": model.url(), "model": "scripted-1",
-            "key_env": "SCRIPTED_KEY"}]});
-        let env = [
-            ("CRUCIBLE_INFERENCE", binding.to_string()),
-            ("SCRIPTED_KEY", "sk-scripted".to_string()),
-        ];
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let r = run_example(dir.path(), &env, typed);
-        (dir, r, model)
+        example_on_pi(script, edit, typed).expect("the CLI is installed")
     };
     let follows = serde_json::json!({"write": {
         "results/plan.md": "# Plan\n1. Search the code for the symptom.\n",
@@ -826,4 +1020,72 @@ fn a_runbook_tool_allow_list_reaches_the_cli_and_holds() {
         );
         assert_eq!(p.row("triage")["status"], "pass", "{}", cli.name);
     }
+}
+
+// Issue 15, RFC-0002:C-HUMAN-DECISION at stage boundaries, on a real agent CLI (pi) against the
+// scripted endpoint, whose script follows the stage each turn's prompt names: the plan's turn,
+// then its gate at the terminal, then (approved) the report's turn, which continues the same pi
+// session (its conversation carries the plan's turn), each stage's hash in the row. Rejected,
+// the model is never asked for the report's stage and no report is written.
+#[test]
+fn c_human_decision_runbook_stages_and_their_gate_on_a_real_agent_cli() {
+    let plan = "# Plan\n1. Search the code for the symptom.\n";
+    let report = "# Report\nThe comma is missing.\n";
+    let staged = serde_json::json!({"stages": {
+        "plan": {"write": {"results/plan.md": plan,
+            "PLAN_TASK_RESULT.json": "{\"summary\": \"planned\"}"}},
+        "report": {"write": {"results/report.md": report,
+            "PLAN_TASK_RESULT.json": "{\"summary\": \"reported\"}"}}}});
+    let gate = |rel: &str, t: String| match rel {
+        "runbooks/triage/runbook.json" => gated(t),
+        _ => t,
+    };
+    for (typed, approved) in [("yes\n\n", true), ("no\n\n", false)] {
+        let Some((dir, r, model)) = example_on_pi(staged.clone(), &gate, Some(typed)) else {
+            return;
+        };
+        assert!(
+            r.stdout.contains("gate approve-plan of runbook triage"),
+            "{r:?}"
+        );
+        let row = triage_row(dir.path());
+        let ledger = &row["runbook"];
+        assert_eq!(
+            ledger["checkpoints"][0]["artifacts"][0]["sha256"],
+            sha256(plan.as_bytes())
+        );
+        assert_eq!(ledger["checkpoints"][0]["gate"]["approved"], approved);
+        let said: Vec<String> = (model.requests().iter())
+            .map(|s| s.conversation())
+            .collect();
+        let in_stage = |name: &str| format!("# Runbook stage `{name}`");
+        assert!(said.iter().any(|c| c.contains(&in_stage("plan"))));
+        let reported = workspace_file(dir.path(), "results/report.md");
+        if approved {
+            assert_eq!(r.code, 0, "{r:?}");
+            assert_eq!(row["status"], "pass", "{row}");
+            assert_eq!(
+                ledger["checkpoints"][1]["artifacts"][0]["sha256"],
+                sha256(report.as_bytes())
+            );
+            assert_eq!(reported.as_deref(), Some(report));
+            let second = (said.iter())
+                .find(|c| c.contains(&in_stage("report")))
+                .expect("the report's stage was asked for");
+            assert!(
+                second.contains(&in_stage("plan")),
+                "the report's turn continues the plan's session: {second}"
+            );
+        } else {
+            assert_eq!(r.code, 3, "{r:?}");
+            assert!(!said.iter().any(|c| c.contains(&in_stage("report"))));
+            assert_eq!(ledger["checkpoints"].as_array().unwrap().len(), 1);
+            assert_eq!(reported, None);
+        }
+    }
+}
+
+/// The file `rel` of the example's workspace in `dir`, if it is there.
+fn workspace_file(dir: &std::path::Path, rel: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join("workspace").join(rel)).ok()
 }

@@ -58,6 +58,8 @@ enum Msg {
     SubDone(usize, branch::Sub, Report),
     /// An attempt opened a runbook gate's decision request (issue 15): logged as it opens.
     GateOpened(DecisionOpened),
+    /// A stage of a staged runbook task was done, or its gate decided (issue 15): logged.
+    StageDone(crucible_plan::wire::RunbookStage),
 }
 
 /// What a dispatched task came back with.
@@ -211,6 +213,10 @@ struct Ctx {
     /// The gate requests an interrupted run opened, by request route (issue 15): a resumed
     /// run's gate keeps the first open's times.
     gates_opened: HashMap<String, DecisionOpened>,
+    /// The stages of staged runbook tasks whose turns are done, by set name, each stage's last
+    /// record (issue 15): folded from an interrupted run's log, and kept as stages finish, so
+    /// a resumed or retried attempt never runs a done stage's turn again.
+    stages: Mutex<HashMap<String, Vec<crucible_plan::wire::RunbookStage>>>,
     /// The operator's bounds on evidence and notes.
     decision_bounds: crate::decision::Bounds,
     /// The launch variables every task receives (the base and `[env]`).
@@ -380,7 +386,7 @@ pub async fn execute(
             parent = Some(rerun::load(&req.plan, &adm, &state_dir, p, select)?);
         }
     }
-    let (run_id, run_dir, file, folded, folded_asks, folded_opened) =
+    let (run_id, run_dir, file, folded, folded_asks, (folded_opened, folded_stages)) =
         if let Some(r) = resumed.take() {
             let resume::Reopened {
                 run_id,
@@ -400,7 +406,8 @@ pub async fn execute(
                 elapsed_secs: elapsed.as_secs_f64(),
             });
             log::append_now(&mut file, &line).map_err(state_err("session log"))?;
-            (run_id, run_dir, file, log.rows, log.asks, log.opened)
+            let kept = (log.opened, log.stages);
+            (run_id, run_dir, file, log.rows, log.asks, kept)
         } else {
             // RFC-0002:C-RUN-HISTORY: a local series' earlier runs, read with the lock held so
             // none of them is still running.
@@ -486,7 +493,14 @@ pub async fn execute(
                     .collect(),
             });
             log::append_now(&mut file, &admitted).map_err(state_err("session log"))?;
-            (run_id, run_dir, file, Vec::new(), 0, Vec::new())
+            (
+                run_id,
+                run_dir,
+                file,
+                Vec::new(),
+                0,
+                (Vec::new(), Vec::new()),
+            )
         };
     leftovers.keep();
     engine_lock
@@ -543,6 +557,7 @@ pub async fn execute(
                 Some((crate::runbook::gate_route(&o.task, gate), o.clone()))
             })
             .collect(),
+        stages: Mutex::new(crate::runbook::fold_stages(folded_stages)),
         decision_bounds: req.decision_bounds,
         task_env: crate::taskenv::TaskEnv::from_launch(&req.manifest.manifest.env),
         masker: crate::taskenv::Masker::from_launch(&req.manifest.manifest.env, agent),
@@ -676,6 +691,9 @@ pub async fn execute(
                 Msg::SubDone(i, sub, report) => c.sub_done(i, sub, report),
                 Msg::GateOpened(o) => {
                     c.writer.push(&Event::DecisionOpened(o));
+                }
+                Msg::StageDone(st) => {
+                    c.writer.push(&Event::RunbookStage(st));
                 }
             },
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),

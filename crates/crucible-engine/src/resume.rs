@@ -25,6 +25,8 @@ pub struct Log {
     pub asks: u32,
     /// Decision requests the run opened (RFC-0002:C-HUMAN-DECISION), in the order they opened.
     pub opened: Vec<crucible_plan::wire::DecisionOpened>,
+    /// Stages of staged runbook tasks whose turns were done (issue 15), in the order logged.
+    pub stages: Vec<crucible_plan::wire::RunbookStage>,
     pub shutdown: Option<Shutdown>,
     /// A torn last line to cut before anything is appended: the byte length to keep.
     torn: Option<u64>,
@@ -73,6 +75,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
         rows: Vec::new(),
         asks: 0,
         opened: Vec::new(),
+        stages: Vec::new(),
         shutdown: None,
         torn,
         unterminated,
@@ -83,6 +86,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
             Event::TaskResult(r) => log.rows.push(r),
             Event::AsksEmitted(a) => log.asks += a.asks.len() as u32,
             Event::DecisionOpened(o) => log.opened.push(o),
+            Event::RunbookStage(st) => log.stages.push(st),
             Event::Shutdown(s) => log.shutdown = Some(s),
             _ => {}
         }

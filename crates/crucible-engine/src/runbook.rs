@@ -13,30 +13,25 @@ use crate::decision::{self, Answer, QuestionView};
 use crucible_pack::files::{PackDir, PackFileErrorKind};
 use crucible_plan::runbook::{Checkpoint, Gate, PredicateKind, TaskRunbook};
 use crucible_plan::wire::{
-    ArtifactRecord, CheckpointRecord, GateRecord, PredicateRecord, RunbookLedger,
+    ArtifactRecord, CheckpointRecord, GateRecord, PredicateRecord, RunbookLedger, RunbookStage,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// The largest artifact hashed, in bytes: a larger one is recorded as too large.
 pub const MAX_ARTIFACT_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The ledger of a turn of `rb` that ran in `cwd`: its checkpoints and predicates as the turn
-/// left its files. Gates are decided afterwards ([`gate_evidence`]).
-pub fn ledger(rb: &TaskRunbook, cwd: &Path) -> RunbookLedger {
+/// The ledger of a task running `rb` in `cwd`: the checkpoints its stages recorded as each
+/// ended, and its predicates as its last turn left its files.
+pub fn ledger(rb: &TaskRunbook, cwd: &Path, checkpoints: Vec<CheckpointRecord>) -> RunbookLedger {
     let dir = PackDir::open(cwd).ok();
     let look = |path: &str| observe(dir.as_ref(), path);
     RunbookLedger {
         name: rb.name.clone(),
         digest: rb.digest.clone(),
-        checkpoints: (rb.checkpoints.iter())
-            .map(|c| CheckpointRecord {
-                stage: c.stage.clone(),
-                artifacts: c.artifact_paths.iter().map(|p| look(p)).collect(),
-                gate: None,
-            })
-            .collect(),
+        checkpoints,
         predicates: (rb.predicates.iter())
             .map(|p| {
                 let seen = look(&p.path);
@@ -52,6 +47,147 @@ pub fn ledger(rb: &TaskRunbook, cwd: &Path) -> RunbookLedger {
             })
             .collect(),
     }
+}
+
+/// Checkpoint `c` as the stage's turn left its files in `cwd`: each artifact hashed, no gate yet.
+pub fn checkpoint(c: &Checkpoint, cwd: &Path) -> CheckpointRecord {
+    let dir = PackDir::open(cwd).ok();
+    CheckpointRecord {
+        stage: c.stage.clone(),
+        artifacts: (c.artifact_paths.iter())
+            .map(|p| observe(dir.as_ref(), p))
+            .collect(),
+        gate: None,
+    }
+}
+
+/// The prompt of the turn of stage `k` of `rb` (issue 15): the task's prompt (the sealed
+/// procedure, the contract's expectations, the arguments), and before its result instruction
+/// which stage this is, what is hashed when it ends and which gate follows, and the stages done
+/// before it with their checkpoint hashes (`done`, in order) and their gates' decisions.
+pub fn stage_prompt(prompt: &str, rb: &TaskRunbook, k: usize, done: &[CheckpointRecord]) -> String {
+    let c = &rb.checkpoints[k];
+    let n = rb.checkpoints.len();
+    let mut out = format!(
+        "# Runbook stage `{}` ({} of {n})\n\nThis runbook runs as one turn per stage, in order, and this turn is stage `{}`: {}. Do this stage's part of the procedure only, then write the result; each later stage is its own turn.\n",
+        c.stage,
+        k + 1,
+        c.stage,
+        c.summary
+    );
+    if !c.artifact_paths.is_empty() {
+        out.push_str(&format!(
+            "\nWhen this turn ends, these files are hashed as the stage's checkpoint: {}.\n",
+            c.artifact_paths.join(", ")
+        ));
+    }
+    if let Some(g) = &c.gate {
+        out.push_str(&format!(
+            "\nThen a person decides the gate `{}` ({}); no later stage runs unless they approve.\n",
+            g.id, g.prompt
+        ));
+    }
+    if done.is_empty() {
+        out.push_str("\nNo stage is done yet.\n");
+    } else {
+        out.push_str("\nStages done (their files are in your working directory):\n");
+        for (c, rec) in rb.checkpoints.iter().zip(done) {
+            let files: Vec<String> = (rec.artifacts.iter())
+                .map(|a| match (&a.sha256, a.bytes) {
+                    (Some(h), Some(b)) => format!("{} sha256:{h} ({b} bytes)", a.path),
+                    _ => format!("{} (absent)", a.path),
+                })
+                .collect();
+            out.push_str(&format!("\n- `{}` ({})", c.stage, c.summary));
+            if !files.is_empty() {
+                out.push_str(&format!(": {}", files.join(", ")));
+            }
+            if let Some(g) = &rec.gate {
+                out.push_str(&format!("; gate `{}` approved by {}", g.id, g.by));
+            }
+        }
+        out.push('\n');
+    }
+    let later: Vec<String> = (rb.checkpoints[k + 1..].iter())
+        .map(|c| format!("`{}`", c.stage))
+        .collect();
+    match later.is_empty() {
+        true => {
+            out.push_str("\nThis is the last stage: the success checks are made when it ends.\n")
+        }
+        false => out.push_str(&format!("\nStages after this one: {}.\n", later.join(", "))),
+    }
+    // Before the result instruction, which stays the prompt's last word.
+    let at = prompt.rfind("\n# Result\n").map_or(prompt.len(), |i| i + 1);
+    format!("{}{out}\n{}", &prompt[..at], &prompt[at..])
+}
+
+/// Where the artifacts of stage `stage` of the task set `set` are kept beside the run.
+pub fn stage_dir(run_dir: &Path, set: &str, stage: &str) -> PathBuf {
+    run_dir.join("stages").join(set).join(stage)
+}
+
+/// Keeps each hashed artifact of `rec`, read from `cwd` without following links, in `dir`, so a
+/// resumed run can put the stage's files back ([`restore_stage`]).
+pub fn keep_stage(rec: &CheckpointRecord, cwd: &Path, dir: &Path) -> Result<(), String> {
+    let from = PackDir::open(cwd).map_err(|e| e.to_string())?;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    for a in rec.artifacts.iter().filter(|a| a.sha256.is_some()) {
+        let bytes = from
+            .read(&a.path, MAX_ARTIFACT_BYTES)
+            .map_err(|e| e.to_string())?;
+        let to = dir.join(&a.path);
+        std::fs::create_dir_all(to.parent().expect("a file has a parent"))
+            .and_then(|()| std::fs::write(&to, bytes))
+            .map_err(|e| format!("{}: {e}", to.display()))?;
+    }
+    Ok(())
+}
+
+/// Puts the artifacts kept for `rec` in `dir` back into `cwd`, each checked against its hash,
+/// never through a link or onto anything but a regular file. An artifact the stage left absent
+/// stays absent. Fails (and the stage runs again) when anything kept is missing or changed.
+pub fn restore_stage(rec: &CheckpointRecord, dir: &Path, cwd: &Path) -> Result<(), String> {
+    for a in &rec.artifacts {
+        let Some(sha) = &a.sha256 else { continue };
+        let kept = PackDir::open(dir)
+            .and_then(|d| d.read(&a.path, MAX_ARTIFACT_BYTES))
+            .map_err(|e| format!("the kept `{}`: {e}", a.path))?;
+        if &hex::encode(Sha256::digest(&kept)) != sha {
+            return Err(format!("the kept `{}` is not what was hashed", a.path));
+        }
+        let parts = crucible_pack::files::split_rel(&a.path).map_err(|e| e.to_string())?;
+        let mut at = cwd.to_path_buf();
+        for (i, part) in parts.iter().enumerate() {
+            at.push(part);
+            let last = i + 1 == parts.len();
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if !last && m.is_dir() => {}
+                Ok(m) if last && m.is_file() => {}
+                Ok(_) => return Err(format!("`{}` is in the way of `{}`", at.display(), a.path)),
+                Err(_) if last => {}
+                Err(_) => std::fs::create_dir(&at).map_err(|e| format!("{}: {e}", at.display()))?,
+            }
+        }
+        std::fs::write(&at, &kept).map_err(|e| format!("{}: {e}", at.display()))?;
+    }
+    Ok(())
+}
+
+/// The stages an interrupted run's log says were done, by set: each stage's last record, in the
+/// order the stages were first logged.
+pub fn fold_stages(lines: Vec<RunbookStage>) -> HashMap<String, Vec<RunbookStage>> {
+    let mut by_set: HashMap<String, Vec<RunbookStage>> = HashMap::new();
+    for line in lines {
+        let held = by_set.entry(line.set.clone()).or_default();
+        match (held.iter_mut()).find(|s| s.checkpoint.stage == line.checkpoint.stage) {
+            Some(s) => *s = line,
+            None => held.push(line),
+        }
+    }
+    by_set
 }
 
 /// Why a turn that claimed success has failed: the first predicate that does not hold.
@@ -244,5 +380,145 @@ pub fn gate_record(gate: &Gate, digest: &str, answer: Option<&Answer>) -> GateRe
         by: answer.map_or_else(|| "expired".to_string(), |a| a.principal.clone()),
         digest: digest.to_string(),
         note: answer.and_then(|a| a.note.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_plan::runbook::{Checkpoint, Gate};
+
+    fn staged() -> TaskRunbook {
+        let cp = |stage: &str, path: &str, gate: bool| Checkpoint {
+            stage: stage.into(),
+            summary: format!("{stage} ready"),
+            artifact_paths: vec![path.into()],
+            gate: gate.then(|| Gate {
+                id: "approve".into(),
+                prompt: "Approve it".into(),
+            }),
+        };
+        TaskRunbook {
+            name: "triage".into(),
+            digest: "tree1:00".into(),
+            effects: vec!["*".into()],
+            capabilities: Vec::new(),
+            predicates: Vec::new(),
+            checkpoints: vec![
+                cp("plan", "r/plan.md", true),
+                cp("report", "r/report.md", false),
+            ],
+        }
+    }
+
+    // A stage's prompt: the task's, then which stage it is, what is hashed, the gate after it,
+    // the stages done with their hashes and decisions, and what comes after; the result
+    // instruction stays last.
+    #[test]
+    fn a_stage_prompt_says_where_the_run_is() {
+        let rb = staged();
+        let prompt = "# Task: t\n\nProcedure.\n\n# Result\n\nWrite the result.\n";
+        let first = stage_prompt(prompt, &rb, 0, &[]);
+        assert!(first.starts_with("# Task: t\n\nProcedure.\n\n# Runbook stage `plan` (1 of 2)\n"));
+        assert!(first.contains("hashed as the stage's checkpoint: r/plan.md."));
+        assert!(first.contains("a person decides the gate `approve` (Approve it)"));
+        assert!(first.contains("No stage is done yet."));
+        assert!(first.contains("Stages after this one: `report`."));
+        assert!(
+            first.ends_with("\n# Result\n\nWrite the result.\n"),
+            "{first}"
+        );
+        let done = CheckpointRecord {
+            stage: "plan".into(),
+            artifacts: vec![ArtifactRecord {
+                path: "r/plan.md".into(),
+                sha256: Some("ab".into()),
+                bytes: Some(2),
+                unhashed: None,
+            }],
+            gate: Some(GateRecord {
+                id: "approve".into(),
+                approved: true,
+                by: "terminal:alice".into(),
+                digest: "sha256:cd".into(),
+                note: None,
+            }),
+        };
+        let second = stage_prompt(prompt, &rb, 1, &[done]);
+        assert!(second.contains("# Runbook stage `report` (2 of 2)"));
+        assert!(second.contains(
+            "- `plan` (plan ready): r/plan.md sha256:ab (2 bytes); gate `approve` approved by terminal:alice"
+        ));
+        assert!(second.contains("This is the last stage"));
+        assert!(!second.contains("decides the gate"));
+    }
+
+    // What a stage kept is put back byte for byte and checked against its hash; a changed copy,
+    // or a link in the way, is refused (the stage then runs again), never written through.
+    #[test]
+    fn a_kept_stage_is_restored_only_as_it_was_hashed() {
+        let rb = staged();
+        let (work, kept, fresh) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        std::fs::create_dir(work.path().join("r")).unwrap();
+        std::fs::write(work.path().join("r/plan.md"), "the plan").unwrap();
+        let rec = checkpoint(&rb.checkpoints[0], work.path());
+        assert_eq!(rec.artifacts[0].bytes, Some(8));
+        let dir = kept.path().join("plan");
+        keep_stage(&rec, work.path(), &dir).unwrap();
+        restore_stage(&rec, &dir, fresh.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(fresh.path().join("r/plan.md")).unwrap(),
+            "the plan"
+        );
+
+        let linked = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), linked.path().join("r")).unwrap();
+        let refused = restore_stage(&rec, &dir, linked.path()).unwrap_err();
+        assert!(
+            refused.contains("is in the way of `r/plan.md`"),
+            "{refused}"
+        );
+        assert!(!elsewhere.path().join("plan.md").exists());
+
+        std::fs::write(dir.join("r/plan.md"), "another plan").unwrap();
+        let changed = restore_stage(&rec, &dir, tempfile::tempdir().unwrap().path()).unwrap_err();
+        assert_eq!(changed, "the kept `r/plan.md` is not what was hashed");
+    }
+
+    // A resumed run folds each stage's last line, by set, in the order the stages were logged.
+    #[test]
+    fn folded_stages_keep_each_stages_last_line() {
+        let line = |set: &str, stage: &str, approved: Option<bool>| RunbookStage {
+            task: "t".into(),
+            set: set.into(),
+            checkpoint: CheckpointRecord {
+                stage: stage.into(),
+                artifacts: Vec::new(),
+                gate: approved.map(|approved| GateRecord {
+                    id: "g".into(),
+                    approved,
+                    by: "terminal:a".into(),
+                    digest: String::new(),
+                    note: None,
+                }),
+            },
+            cost_usd: 0.0,
+        };
+        let folded = fold_stages(vec![
+            line("t", "plan", None),
+            line("t[a]", "plan", None),
+            line("t", "plan", Some(true)),
+            line("t", "report", None),
+        ]);
+        let t: Vec<_> = (folded["t"].iter())
+            .map(|s| (s.checkpoint.stage.as_str(), s.checkpoint.gate.is_some()))
+            .collect();
+        assert_eq!(t, [("plan", true), ("report", false)]);
+        assert_eq!(folded["t[a]"].len(), 1);
     }
 }

@@ -23,6 +23,7 @@ pub enum Event {
     TaskResult(TaskResult),
     AsksEmitted(AsksEmitted),
     DecisionOpened(DecisionOpened),
+    RunbookStage(RunbookStage),
     Resumed(Resumed),
     Shutdown(Shutdown),
 }
@@ -339,6 +340,22 @@ pub struct DecisionOpened {
     pub via: String,
 }
 
+/// A stage of a staged runbook task whose turn is done (issue 15): its checkpoint as the turn
+/// left it, and once a person decided its gate, that decision. Written when the stage's
+/// artifacts were hashed (and kept beside the run), and again when its gate was decided; a
+/// resumed run folds the last line of each stage, so a stage whose turn is done never runs
+/// again (C-PLAYBOOK-RESUME), and one whose gate was approved is settled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunbookStage {
+    pub task: String,
+    /// The task's set name: the task, or one instance of a mapped one.
+    pub set: String,
+    pub checkpoint: CheckpointRecord,
+    /// What the task's attempt had spent by then, in USD: a resumed run's row counts it.
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resumed {
     pub run: String,
@@ -490,6 +507,7 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
         "task_result",
         "asks_emitted",
         "decision_opened",
+        "runbook_stage",
         "resumed",
         "shutdown",
     ];

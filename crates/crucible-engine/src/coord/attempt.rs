@@ -177,6 +177,8 @@ pub(super) async fn run(
         let deadline = deadline_of(ctx, task);
         // The conversation this attempt continues, once its turn has one.
         let mut conversation = None;
+        // A staged runbook's checkpoints, as its stages recorded them (issue 15).
+        let mut stages = Vec::new();
         let transport = match &agent {
             None => {
                 let spawn = Spawn::shell(
@@ -197,7 +199,7 @@ pub(super) async fn run(
                 {
                     Err(e) => Some(TurnError::Spawn(e)),
                     Ok(f) => {
-                        keep_log(ctx, &stem, None, &f, &mut report);
+                        keep_log(ctx, &stem, (None, None), &f, &mut report);
                         report.graded = graded_turn(ctx, task, f, &mut report);
                         None
                     }
@@ -219,17 +221,31 @@ pub(super) async fn run(
                     resume: resume.as_deref(),
                     repair: None,
                 };
-                match agent_turn(
-                    ctx,
-                    (task, &stem, None),
-                    harness.as_ref(),
-                    &turn,
-                    deadline,
-                    &ctl,
-                    &mut report,
-                )
-                .await
+                let ran = match task
+                    .runbook
+                    .as_ref()
+                    .filter(|rb| !rb.checkpoints.is_empty())
                 {
+                    Some(rb) => {
+                        let at = (task, stem.as_str(), set_name);
+                        stage_turns(ctx, at, rb, harness.as_ref(), &turn, deadline, &ctl)
+                            .run(&mut report, &mut stages)
+                            .await
+                    }
+                    None => {
+                        agent_turn(
+                            ctx,
+                            (task, &stem, (None, None)),
+                            harness.as_ref(),
+                            &turn,
+                            deadline,
+                            &ctl,
+                            &mut report,
+                        )
+                        .await
+                    }
+                };
+                match ran {
                     Err(e) => Some(e),
                     Ok(id) => {
                         conversation = id;
@@ -297,7 +313,7 @@ pub(super) async fn run(
             };
             let ran = agent_turn(
                 ctx,
-                (task, &stem, Some(round)),
+                (task, &stem, (Some(round), None)),
                 harness.as_ref(),
                 &turn,
                 deadline,
@@ -333,28 +349,24 @@ pub(super) async fn run(
                 }
             }
         }
-        // Issue 15: the runbook's checkpoints and success predicates, as the turn left its
+        // Issue 15: the checkpoints the runbook's stages recorded (each hashed, and its gate
+        // decided, when its stage ended), and its success predicates as the last turn left its
         // files; a claimed success with a failing predicate is a failure naming it.
         if let Some(rb) = &task.runbook {
             let (r, root) = (rb.clone(), cwd.clone());
-            let mut ledger = tokio::task::spawn_blocking(move || crate::runbook::ledger(&r, &root))
-                .await
-                .expect("hashing does not panic");
+            let stages = std::mem::take(&mut stages);
+            let ledger =
+                tokio::task::spawn_blocking(move || crate::runbook::ledger(&r, &root, stages))
+                    .await
+                    .expect("hashing does not panic");
             if report.graded.status == Status::Pass {
                 if let Some(note) = crate::runbook::failed_predicate(&ledger) {
                     report.graded = Graded::fail(note, report.graded.output.clone());
                 }
             }
-            if report.graded.status == Status::Pass {
-                match gates(ctx, task, (rb, &cwd), &mut ledger, deadline, abort).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(note)) => {
-                        report.graded = Graded::fail(note, report.graded.output.clone())
-                    }
-                    Err(cut) => report.graded = cut_short(ctx, task, cut, &mut report),
-                }
-            }
             report.runbook = Some(ledger);
+            // The attempt is over: a later one (a revise round) starts from the first stage.
+            (ctx.stages.lock().expect("stages")).remove(set_name);
         }
         // RFC-0002:C-ASKS: only a passing attempt emits; a failing one's file goes with its
         // discarded changes.
@@ -736,10 +748,17 @@ fn graded_turn(ctx: &Ctx, task: &Task, f: proc::Finished, report: &mut Report) -
     }
 }
 
-/// Keeps a turn's stdout and stderr in the task's log directory (the attempt's turn, or its
-/// repair turn `repair`), and names the directory on the report.
-fn keep_log(ctx: &Ctx, stem: &str, repair: Option<u32>, f: &proc::Finished, report: &mut Report) {
-    let turn = crate::tasklog::turn_name(report.attempts, repair);
+/// Which turn of an attempt a turn is: its repair round, and the runbook stage it runs.
+type TurnPart<'a> = (Option<u32>, Option<&'a str>);
+
+/// Keeps a turn's stdout and stderr in the task's log directory (the attempt's turn, its repair
+/// turn, or its turn of a runbook stage: `attempt-1-stage-plan`), and names the directory on
+/// the report.
+fn keep_log(ctx: &Ctx, stem: &str, part: TurnPart<'_>, f: &proc::Finished, report: &mut Report) {
+    let mut turn = crate::tasklog::turn_name(report.attempts, part.0);
+    if let Some(stage) = part.1 {
+        turn.push_str(&format!("-stage-{stage}"));
+    }
     let streams = crate::tasklog::Streams {
         stdout: &f.stdout,
         stderr: &f.stderr,
@@ -758,96 +777,97 @@ enum TurnError {
     Transport(String),
 }
 
-/// Puts a passing runbook turn's gates, in checkpoint order, to a person as human decisions
-/// (issue 15, RFC-0002:C-HUMAN-DECISION) through the run's decider, the same seam and answer
-/// rules as a human route: one request per run, task and gate, over the stage's evidence
+/// Puts the gate of a done stage (checkpoint `c`, recorded as `rec`) to a person as a human
+/// decision (issue 15, RFC-0002:C-HUMAN-DECISION) through the run's decider, the same seam and
+/// answer rules as a human route: one request per run, task and gate, over the stage's evidence
 /// ([`crate::runbook::gate_evidence`]), logged `decision_opened` as it opens. A resumed run's
-/// gate keeps the first open's times, so a resume never extends it. Each decision is recorded
-/// in `ledger`; the first gate not approved fails the turn, with why (rejected, expired, no
-/// answer, or a request that holds other evidence). The wait is bounded by the attempt's
-/// deadline and the operator's stop like any attempt, and a gate cut short is never approved.
-async fn gates(
+/// gate keeps the first open's times, so a resume never extends it. The decision is recorded
+/// in `rec`; a gate not approved fails the task, with why (rejected, expired, no answer, or a
+/// request that holds other evidence). The wait is bounded by the attempt's deadline and the
+/// operator's stop like any attempt, and a gate cut short is never approved.
+async fn gate(
     ctx: &Ctx,
     task: &Task,
-    (rb, cwd): (&crucible_plan::runbook::TaskRunbook, &std::path::Path),
-    ledger: &mut crucible_plan::wire::RunbookLedger,
+    (rb, c, gate, cwd): (
+        &crucible_plan::runbook::TaskRunbook,
+        &crucible_plan::runbook::Checkpoint,
+        &crucible_plan::runbook::Gate,
+        &std::path::Path,
+    ),
+    rec: &mut crucible_plan::wire::CheckpointRecord,
     deadline: Deadline,
     abort: &watch::Receiver<Abort>,
 ) -> Result<Result<(), String>, Ended> {
     let mut abort = abort.clone();
-    for (c, rec) in rb.checkpoints.iter().zip(ledger.checkpoints.iter_mut()) {
-        let Some(gate) = &c.gate else { continue };
-        let route = crate::runbook::gate_route(&task.name, &gate.id);
-        let fail = |why: String| {
-            Ok(Err(format!(
-                "runbook `{}`: gate `{}` {why}",
-                rb.name, gate.id
-            )))
-        };
-        let (name, r, cp, g, dir) = (
-            task.name.clone(),
-            rb.clone(),
-            c.clone(),
-            gate.clone(),
-            cwd.to_path_buf(),
-        );
-        let bound = ctx.decision_bounds.evidence_bytes;
-        let built = tokio::task::spawn_blocking(move || {
-            crate::runbook::gate_evidence(&name, &r, &cp, &g, &dir, bound)
-        })
-        .await
-        .expect("reading evidence does not panic");
-        let (evidence, digest) = match built {
-            Ok(held) => held,
-            Err(why) => return fail(format!("cannot be put to a person: {why}")),
-        };
-        let folded = ctx.gates_opened.get(&route);
-        let (opened_at, expires_at) = match folded {
-            Some(o) => (o.opened_at.clone(), o.expires_at.clone()),
-            None => {
-                let now = SystemTime::now();
-                let left = deadline.at.saturating_duration_since(Instant::now());
-                (decision::rfc3339(now), decision::rfc3339(now + left))
-            }
-        };
-        if folded.is_none_or(|o| o.digest != digest) {
-            let file = (ctx.run_dir.join("decisions"))
-                .join(format!("{}.json", crate::files::dir_name(&route, None)));
-            let kept = std::fs::create_dir_all(file.parent().expect("a file has a parent"))
-                .and_then(|()| {
-                    std::fs::write(&file, crucible_plan::canonical::to_string(&evidence))
-                });
-            if let Err(e) = kept {
-                return fail(format!("cannot keep its evidence: {e}"));
-            }
-            let _ = ctx.tx.send(super::Msg::GateOpened(
-                crucible_plan::wire::DecisionOpened {
-                    task: task.name.clone(),
-                    gate: Some(gate.id.clone()),
-                    digest: digest.clone(),
-                    opened_at: opened_at.clone(),
-                    expires_at: expires_at.clone(),
-                    via: ctx.decider.as_ref().map_or("", |d| d.via()).to_string(),
-                },
-            ));
+    let route = crate::runbook::gate_route(&task.name, &gate.id);
+    let fail = |why: String| {
+        Ok(Err(format!(
+            "runbook `{}`: gate `{}` {why}",
+            rb.name, gate.id
+        )))
+    };
+    let (name, r, cp, g, dir) = (
+        task.name.clone(),
+        rb.clone(),
+        c.clone(),
+        gate.clone(),
+        cwd.to_path_buf(),
+    );
+    let bound = ctx.decision_bounds.evidence_bytes;
+    let built = tokio::task::spawn_blocking(move || {
+        crate::runbook::gate_evidence(&name, &r, &cp, &g, &dir, bound)
+    })
+    .await
+    .expect("reading evidence does not panic");
+    let (evidence, digest) = match built {
+        Ok(held) => held,
+        Err(why) => return fail(format!("cannot be put to a person: {why}")),
+    };
+    let folded = ctx.gates_opened.get(&route);
+    let (opened_at, expires_at) = match folded {
+        Some(o) => (o.opened_at.clone(), o.expires_at.clone()),
+        None => {
+            let now = SystemTime::now();
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            (decision::rfc3339(now), decision::rfc3339(now + left))
         }
-        let req = decision::Request {
-            run: ctx.run_id.clone(),
-            route,
-            questions: vec![crate::runbook::gate_question(gate)],
-            evidence,
-            digest: digest.clone(),
-            opened_at,
-            expires_at,
-            max_note_bytes: ctx.decision_bounds.note_bytes,
-        };
-        let until = (deadline.at, deadline.own_limit);
-        let decided = match await_decision(ctx, req, until, &mut abort, &mut 0).await {
-            Ok(d) => d,
-            Err(Unsettled::Cut(cut)) => return Err(cut),
-            Err(Unsettled::Transport(cause)) => return fail(format!("got no decision: {cause}")),
-        };
-        let answer = match decided {
+    };
+    if folded.is_none_or(|o| o.digest != digest) {
+        let file = (ctx.run_dir.join("decisions"))
+            .join(format!("{}.json", crate::files::dir_name(&route, None)));
+        let kept = std::fs::create_dir_all(file.parent().expect("a file has a parent"))
+            .and_then(|()| std::fs::write(&file, crucible_plan::canonical::to_string(&evidence)));
+        if let Err(e) = kept {
+            return fail(format!("cannot keep its evidence: {e}"));
+        }
+        let _ = ctx.tx.send(super::Msg::GateOpened(
+            crucible_plan::wire::DecisionOpened {
+                task: task.name.clone(),
+                gate: Some(gate.id.clone()),
+                digest: digest.clone(),
+                opened_at: opened_at.clone(),
+                expires_at: expires_at.clone(),
+                via: ctx.decider.as_ref().map_or("", |d| d.via()).to_string(),
+            },
+        ));
+    }
+    let req = decision::Request {
+        run: ctx.run_id.clone(),
+        route,
+        questions: vec![crate::runbook::gate_question(gate)],
+        evidence,
+        digest: digest.clone(),
+        opened_at,
+        expires_at,
+        max_note_bytes: ctx.decision_bounds.note_bytes,
+    };
+    let until = (deadline.at, deadline.own_limit);
+    let decided = match await_decision(ctx, req, until, &mut abort, &mut 0).await {
+        Ok(d) => d,
+        Err(Unsettled::Cut(cut)) => return Err(cut),
+        Err(Unsettled::Transport(cause)) => return fail(format!("got no decision: {cause}")),
+    };
+    let answer = match decided {
             Err(why) => return fail(format!("got no decision: {why}")),
             Ok(Decided::Expired(held)) | Ok(Decided::Answered(decision::Answer { digest: held, .. }))
                 if held != digest =>
@@ -859,18 +879,227 @@ async fn gates(
             Ok(Decided::Expired(_)) => None,
             Ok(Decided::Answered(a)) => Some(a),
         };
-        let record = crate::runbook::gate_record(gate, &digest, answer.as_ref());
-        let approved = record.approved;
-        rec.gate = Some(record);
-        match (approved, answer) {
-            (true, _) => {}
-            (false, Some(a)) => return fail(format!("was rejected by {}", a.principal)),
-            (false, None) => {
-                return fail("expired unanswered; it is never passed without a decision".into())
-            }
+    let record = crate::runbook::gate_record(gate, &digest, answer.as_ref());
+    let approved = record.approved;
+    rec.gate = Some(record);
+    match (approved, answer) {
+        (true, _) => {}
+        (false, Some(a)) => return fail(format!("was rejected by {}", a.principal)),
+        (false, None) => {
+            return fail("expired unanswered; it is never passed without a decision".into())
         }
     }
     Ok(Ok(()))
+}
+
+/// The stage turns of an attempt of a staged runbook task (issue 15).
+struct StageTurns<'a> {
+    ctx: &'a Ctx,
+    task: &'a Task,
+    stem: &'a str,
+    /// The task's set name: what its stages are kept and logged by.
+    set: &'a str,
+    rb: &'a crucible_plan::runbook::TaskRunbook,
+    harness: &'a dyn Harness,
+    /// The task's turn: its prompt, settings, session and the conversation it continues.
+    turn: &'a Turn<'a>,
+    deadline: Deadline,
+    ctl: &'a Control,
+}
+
+fn stage_turns<'a>(
+    ctx: &'a Ctx,
+    (task, stem, set): (&'a Task, &'a str, &'a str),
+    rb: &'a crucible_plan::runbook::TaskRunbook,
+    harness: &'a dyn Harness,
+    turn: &'a Turn<'a>,
+    deadline: Deadline,
+    ctl: &'a Control,
+) -> StageTurns<'a> {
+    StageTurns {
+        ctx,
+        task,
+        stem,
+        set,
+        rb,
+        harness,
+        turn,
+        deadline,
+        ctl,
+    }
+}
+
+impl StageTurns<'_> {
+    /// Runs the runbook as one turn per stage, in checkpoint order, within the attempt's one
+    /// deadline, its spend counted across them all. Each turn's prompt is the task's with its
+    /// stage and the stages done ([`crate::runbook::stage_prompt`]); it continues the
+    /// conversation of the turn before it where the harness reports one (every CLI does; the
+    /// command stand-in only in a session), else starts a fresh one. When a stage's turn passes
+    /// its checkpoint is hashed into `records`, its artifacts kept beside the run and the stage
+    /// logged `runbook_stage`; then its gate, if any, is put to a person before the next stage
+    /// starts, and anything but an approval ends the task there. A stage an earlier attempt or
+    /// an interrupted run did (all but the last: the last stage's result is the task's, kept
+    /// only in its row) is not run again: its kept artifacts are put back, checked against
+    /// their hashes, and only its gate is asked again if it was not approved. Returns the
+    /// conversation the last turn was part of.
+    async fn run(
+        &self,
+        report: &mut Report,
+        records: &mut Vec<crucible_plan::wire::CheckpointRecord>,
+    ) -> Result<Option<String>, TurnError> {
+        let (ctx, task, rb) = (self.ctx, self.task, self.rb);
+        let last = rb.checkpoints.len() - 1;
+        let done: Vec<_> = (ctx.stages.lock().expect("stages"))
+            .get(self.set)
+            .cloned()
+            .unwrap_or_default();
+        records.clear();
+        for (c, st) in rb.checkpoints[..last].iter().zip(&done) {
+            if st.checkpoint.stage != c.stage {
+                break;
+            }
+            let dir = crate::runbook::stage_dir(&ctx.run_dir, self.set, &c.stage);
+            let (rec, cwd) = (st.checkpoint.clone(), self.turn.cwd.to_path_buf());
+            let back = tokio::task::spawn_blocking(move || {
+                crate::runbook::restore_stage(&rec, &dir, &cwd)
+            })
+            .await
+            .expect("restoring does not panic");
+            if back.is_err() {
+                break; // the stage runs again
+            }
+            records.push(st.checkpoint.clone());
+        }
+        let kept = records.len();
+        if report.attempts == 1 && kept > 0 {
+            // Done by an interrupted run: what it spent on them is this attempt's too (a
+            // retried attempt has counted it already).
+            report.cost_usd += done[kept - 1].cost_usd;
+        }
+        if let Some(held) = ctx.stages.lock().expect("stages").get_mut(self.set) {
+            held.truncate(kept);
+        }
+        let mut conversation = self.turn.resume.map(str::to_string);
+        for (k, c) in rb.checkpoints.iter().enumerate() {
+            if k >= kept {
+                let id = self
+                    .turn_of(k, conversation.as_deref(), records, report)
+                    .await?;
+                conversation = id.or(conversation);
+                if report.graded.status != Status::Pass {
+                    // Failure stays recordable: what the failed stage left, neither kept nor
+                    // logged (nothing resumes a failed task).
+                    let (cp, cwd) = (c.clone(), self.turn.cwd.to_path_buf());
+                    let rec =
+                        tokio::task::spawn_blocking(move || crate::runbook::checkpoint(&cp, &cwd))
+                            .await
+                            .expect("hashing does not panic");
+                    records.push(rec);
+                    return Ok(conversation);
+                }
+                let (cp, cwd) = (c.clone(), self.turn.cwd.to_path_buf());
+                let dir = crate::runbook::stage_dir(&ctx.run_dir, self.set, &c.stage);
+                let hashed = tokio::task::spawn_blocking(move || {
+                    let rec = crate::runbook::checkpoint(&cp, &cwd);
+                    crate::runbook::keep_stage(&rec, &cwd, &dir).map(|()| rec)
+                })
+                .await
+                .expect("hashing does not panic");
+                match hashed {
+                    Ok(rec) => records.push(rec),
+                    Err(e) => {
+                        report.graded = Graded::fail(
+                            format!(
+                                "runbook `{}`: the artifacts of stage `{}` cannot be kept: {e}",
+                                rb.name, c.stage
+                            ),
+                            report.graded.output.clone(),
+                        );
+                        return Ok(conversation);
+                    }
+                }
+                self.log(&records[k], report.cost_usd);
+            }
+            let Some(g) = &c.gate else { continue };
+            if records[k].gate.as_ref().is_some_and(|g| g.approved) {
+                continue;
+            }
+            let at = (rb, c, g, self.turn.cwd);
+            let decided = gate(
+                ctx,
+                task,
+                at,
+                &mut records[k],
+                self.deadline,
+                &self.ctl.abort,
+            )
+            .await;
+            match decided {
+                Ok(Ok(())) => self.log(&records[k], report.cost_usd),
+                Ok(Err(note)) => {
+                    report.graded = Graded::fail(note, report.graded.output.clone());
+                    return Ok(conversation);
+                }
+                Err(cut) => {
+                    report.graded = cut_short(ctx, task, cut, report);
+                    return Ok(conversation);
+                }
+            }
+        }
+        Ok(conversation)
+    }
+
+    /// The turn of stage `k`, continuing `conversation` when there is one.
+    async fn turn_of(
+        &self,
+        k: usize,
+        conversation: Option<&str>,
+        done: &[crucible_plan::wire::CheckpointRecord],
+        report: &mut Report,
+    ) -> Result<Option<String>, TurnError> {
+        let stage = &self.rb.checkpoints[k].stage;
+        let prompt = crate::runbook::stage_prompt(self.turn.prompt, self.rb, k, done);
+        let file = (self.ctx.run_dir.join("inputs"))
+            .join(format!("{}.stage-{stage}.prompt.md", self.stem));
+        let _ = std::fs::write(&file, &prompt);
+        let mut env = self.turn.env.to_vec();
+        env.push(("CRUCIBLE_RUNBOOK_STAGE".into(), stage.clone()));
+        let turn = Turn {
+            prompt: &prompt,
+            prompt_file: &file,
+            env: &env,
+            resume: conversation,
+            ..*self.turn
+        };
+        let at = (self.task, self.stem, (None, Some(stage.as_str())));
+        agent_turn(
+            self.ctx,
+            at,
+            self.harness,
+            &turn,
+            self.deadline,
+            self.ctl,
+            report,
+        )
+        .await
+    }
+
+    /// Logs a stage's record (`runbook_stage`) and keeps it for a later attempt.
+    fn log(&self, rec: &crucible_plan::wire::CheckpointRecord, cost_usd: f64) {
+        let line = crucible_plan::wire::RunbookStage {
+            task: self.task.name.clone(),
+            set: self.set.to_string(),
+            checkpoint: rec.clone(),
+            cost_usd,
+        };
+        let mut stages = self.ctx.stages.lock().expect("stages");
+        let held = stages.entry(self.set.to_string()).or_default();
+        match (held.iter_mut()).find(|s| s.checkpoint.stage == rec.stage) {
+            Some(s) => *s = line.clone(),
+            None => held.push(line.clone()),
+        }
+        let _ = self.ctx.tx.send(super::Msg::StageDone(line));
+    }
 }
 
 /// Runs one agent turn through its harness, reading its stream as it arrives, and grades it
@@ -878,7 +1107,7 @@ async fn gates(
 /// turn is part of, recorded as its session's when it has one.
 async fn agent_turn(
     ctx: &Ctx,
-    (task, stem, repair): (&Task, &str, Option<u32>),
+    (task, stem, part): (&Task, &str, TurnPart<'_>),
     harness: &dyn Harness,
     turn: &Turn<'_>,
     deadline: Deadline,
@@ -935,7 +1164,7 @@ async fn agent_turn(
         crucible_agent::clear_result(turn.cwd);
     }
     let f = ran.map_err(TurnError::Spawn)?;
-    keep_log(ctx, stem, repair, &f, report);
+    keep_log(ctx, stem, part, &f, report);
     let conversation = match f.ended {
         Ended::Exited(status) => {
             let outcome = harness.finish(turn, progress, status.code());
