@@ -8,7 +8,9 @@
 
 use crate::controller::{file, tar_of, Server, Store};
 use crate::controller_publish::{publication, Registry};
-use serde_json::Value;
+use crate::controller_runs::{ended, launch, push, wait_run};
+use crate::kube_double::KubeDouble;
+use serde_json::{json, Value};
 use std::process::Command;
 
 /// The Kubernetes version the rendered objects are for (k8s-openapi's `v1_33` feature).
@@ -262,5 +264,308 @@ fn kubernetes_render_configmap_or_image_volume_by_target_trust() {
             "10m",
         ]);
         assert_eq!(out.status.code(), Some(1));
+    }
+}
+
+/// A command playbook of one task, as a launch on a target compiles it.
+const PLAYBOOK: &str = "[workflow]\ntype = \"playbook\"\n\
+    [[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"echo '{}'\"\n";
+
+const JOBS: &str = "/apis/batch/v1/namespaces/crucible-runs/jobs/";
+
+/// The targets of the dispatch test: one reaching the double with its token, one with a wrong
+/// token, one that says nothing of how its pods reach the controller.
+fn dispatch_targets(kube: &KubeDouble, dir: &std::path::Path) -> String {
+    let good = kube.kubeconfig(dir, "s3cret");
+    let bad = kube.kubeconfig(dir, "wrong");
+    let path = dir.join("targets.toml");
+    let mut text = String::new();
+    for (name, config, url) in [
+        (
+            "shared",
+            &good,
+            "controller_url = \"http://crucible.example:8870/\"",
+        ),
+        (
+            "badtoken",
+            &bad,
+            "controller_url = \"http://crucible.example:8870\"",
+        ),
+        ("nourl", &good, ""),
+    ] {
+        text.push_str(&format!(
+            "[[target]]\nname = \"{name}\"\ncontext = \"mock\"\nnamespace = \"crucible-runs\"\n\
+             image = \"ghcr.io/example/crucible:0.1\"\nkubeconfig = \"{}\"\n{url}\n",
+            config.display()
+        ));
+    }
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Launches `digest` on `target`; the run's id.
+fn launch_on(server: &Server, digest: &str, target: &str) -> String {
+    let (s, v) = launch(
+        server,
+        &server.admin,
+        json!({ "pack": digest, "max_cost": 1, "max_time": "10m", "target": target }),
+    );
+    assert_eq!(s, 200, "{}: {v}", server.store);
+    assert_eq!(v["target"], target);
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// The path of the one Job of run `id`, once it exists.
+fn job_of(kube: &KubeDouble, id: &str) -> String {
+    let ours = |o: &Value| o["metadata"]["annotations"]["dev.crucible/run"] == id;
+    kube.wait("the run's Job", |objects| {
+        objects.iter().any(|(p, o)| p.starts_with(JOBS) && ours(o))
+    });
+    let objects = kube.objects();
+    let (path, _) = objects
+        .iter()
+        .find(|(p, o)| p.starts_with(JOBS) && ours(o))
+        .unwrap();
+    path.clone()
+}
+
+/// The objects of run `id` that exist, by kind.
+fn objects_of(kube: &KubeDouble, id: &str) -> Vec<(String, Value)> {
+    kube.objects()
+        .into_values()
+        .filter(|o| o["metadata"]["annotations"]["dev.crucible/run"] == id)
+        .map(|o| (o["kind"].as_str().unwrap().to_string(), o))
+        .collect()
+}
+
+fn posts(kube: &KubeDouble) -> Vec<(String, String)> {
+    kube.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| {
+            (
+                r.path,
+                r.body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+// Issue 17, RFC-0002:C-PACK-PUBLISH delivery and C-PACK-BASE budget at dispatch — a launch that
+// names a Kubernetes target is dispatched: the controller creates, through the Kubernetes API
+// (a double on loopback speaking its wire protocol, bearer token checked), the run's Secret
+// (its token), the pack's ConfigMap, the state claim and the Job, in that order, each
+// annotated with the run; the pod gets CRUCIBLE_CONTROLLER_URL, CRUCIBLE_CONTROLLER_RUN and
+// CRUCIBLE_RUN_TOKEN (from the Secret); what it created passes `kubernetes-validate --strict`.
+// A restarted controller creates nothing again; a dispatch a crash interrupted is finished on
+// restart, taking objects already there (409 AlreadyExists) as its own only because they are.
+// A Job that failed, or was deleted, without the run's report ends the run failed; `stop`
+// deletes the Job (propagationPolicy Background); a terminal run's objects are all deleted.
+// Over the delivery budget the launch is refused naming it and the size, before anything is
+// created; a target the controller cannot authenticate to fails the run, naming the 401.
+#[test]
+fn kubernetes_dispatch_creates_watches_stops_and_cleans_up() {
+    for store in Store::all() {
+        let kube = KubeDouble::start("s3cret");
+        let dir = tempfile::tempdir().unwrap();
+        let targets = dispatch_targets(&kube, dir.path());
+        let args = ["--targets", targets.as_str()];
+        let mut server = Server::start(&store, &args);
+        let digest = push(&server, "k", PLAYBOOK);
+
+        // A target that says nothing of how its pods reach the controller is refused.
+        let (s, v) = launch(
+            &server,
+            &server.admin,
+            json!({ "pack": digest, "max_cost": 1, "max_time": "10m", "target": "nourl" }),
+        );
+        assert_eq!(s, 422, "{v}");
+        assert!(
+            v["error"].as_str().unwrap().contains("controller_url"),
+            "{v}"
+        );
+        assert!(posts(&kube).is_empty());
+
+        // Dispatched: the four objects, in order, each the run's.
+        let id = launch_on(&server, &digest, "shared");
+        let job_path = job_of(&kube, &id);
+        let made = posts(&kube);
+        let kinds: Vec<&str> = made
+            .iter()
+            .map(|(p, _)| p.rsplit('/').next().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["secrets", "configmaps", "persistentvolumeclaims", "jobs"],
+            "{}",
+            server.store
+        );
+        let objects = objects_of(&kube, &id);
+        assert_eq!(objects.len(), 4, "{objects:?}");
+        let by_kind = |k: &str| &objects.iter().find(|(kind, _)| kind == k).unwrap().1;
+        let job = by_kind("Job");
+        let secret = by_kind("Secret");
+        let pod = &job["spec"]["template"]["spec"];
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        let var = |n: &str| env.iter().find(|e| e["name"] == n).unwrap().clone();
+        assert_eq!(
+            var("CRUCIBLE_CONTROLLER_URL")["value"],
+            "http://crucible.example:8870"
+        );
+        assert_eq!(var("CRUCIBLE_CONTROLLER_RUN")["value"], id.as_str());
+        let token_ref = &var("CRUCIBLE_RUN_TOKEN")["valueFrom"]["secretKeyRef"];
+        assert_eq!(token_ref["name"], secret["metadata"]["name"]);
+        assert_eq!(token_ref["key"], "token");
+        use base64::Engine;
+        let token = base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["token"].as_str().unwrap())
+            .unwrap();
+        // The Secret holds a run token (the remote engine link's) that the controller takes for
+        // this run while it runs, and refuses once it ended.
+        let token = String::from_utf8(token).unwrap();
+        let report = format!("/v1/runs/{id}/report");
+        let (s, v) = server.get(&report, &token);
+        assert_eq!(s, 200, "{v}");
+        assert!(pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["configMap"]["name"] == by_kind("ConfigMap")["metadata"]["name"]));
+        let mut yaml = String::new();
+        for (_, o) in &objects {
+            let mut o = o.clone();
+            // What the double added, as the API server would: not part of what was sent.
+            o["metadata"].as_object_mut().unwrap().remove("uid");
+            // JSON is YAML (and serde_yaml cannot write an arbitrary-precision number).
+            yaml.push_str(&format!("---\n{o}\n"));
+        }
+        validate(&yaml);
+        let (_, run) = server.get(&format!("/v1/runs/{id}"), &server.admin);
+        assert_eq!(run["state"], "running", "{run}");
+
+        // A restart creates nothing again: it only watches the Job.
+        let before = posts(&kube).len();
+        server.restart_with(&store, &args);
+        let seen = kube.requests().len();
+        kube.wait("the Job looked at again", |_| {
+            kube.requests()[seen..]
+                .iter()
+                .any(|r| r.method == "GET" && r.path == job_path)
+        });
+        assert_eq!(
+            posts(&kube).len(),
+            before,
+            "{}: nothing created again",
+            server.store
+        );
+
+        // The Job failed without the run reporting its end: the run failed, its objects go.
+        kube.set_job_condition(&job_path, "Failed", "BackoffLimitExceeded");
+        let run = wait_run(&server, &id, ended);
+        assert_eq!(run["state"], "failed", "{run}");
+        assert!(
+            run["reason"]
+                .as_str()
+                .unwrap()
+                .contains("BackoffLimitExceeded"),
+            "{run}"
+        );
+        kube.wait("the failed run's objects deleted", |_| {
+            objects_of(&kube, &id).is_empty()
+        });
+        let deletes: Vec<String> = kube
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "DELETE")
+            .map(|r| r.path)
+            .collect();
+        assert!(
+            deletes.contains(&format!("{job_path}?propagationPolicy=Background")),
+            "{deletes:?}"
+        );
+        assert!(
+            deletes.last().unwrap().contains("/persistentvolumeclaims/"),
+            "the state claim last: {deletes:?}"
+        );
+
+        // `stop` deletes the Job, and the stopped run's objects go.
+        let id = launch_on(&server, &digest, "shared");
+        let job_path = job_of(&kube, &id);
+        let (s, v) = server.call("POST", &format!("/v1/runs/{id}/stop"), &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+        assert!(
+            !kube.objects().contains_key(&job_path),
+            "the Job is deleted by the stop"
+        );
+        let run = wait_run(&server, &id, ended);
+        assert_eq!(run["outcome"], "stopped", "{run}");
+        kube.wait("the stopped run's objects deleted", |_| {
+            objects_of(&kube, &id).is_empty()
+        });
+
+        // A Job deleted by someone else: the run failed.
+        let id = launch_on(&server, &digest, "shared");
+        let job_path = job_of(&kube, &id);
+        kube.remove(&job_path);
+        let run = wait_run(&server, &id, ended);
+        assert_eq!(run["state"], "failed", "{run}");
+        assert!(
+            run["reason"].as_str().unwrap().contains("was deleted"),
+            "{run}"
+        );
+
+        // A dispatch cut short by a crash: the API server fails the Job's creation, the
+        // controller dies, and the next one finishes it, taking what is there as its own.
+        kube.fail_jobs(true);
+        let id = launch_on(&server, &digest, "shared");
+        kube.wait("the run's objects before its Job", |_| {
+            objects_of(&kube, &id).len() == 3
+        });
+        let first: Vec<(String, Value)> = objects_of(&kube, &id);
+        server.kill();
+        kube.fail_jobs(false);
+        server.restart_with(&store, &args);
+        job_of(&kube, &id);
+        let now = objects_of(&kube, &id);
+        assert_eq!(now.len(), 4, "{now:?}");
+        for (kind, o) in &first {
+            let again = &now.iter().find(|(k, _)| k == kind).unwrap().1;
+            assert_eq!(
+                again["metadata"]["uid"], o["metadata"]["uid"],
+                "{kind} kept"
+            );
+        }
+        let (_, run) = server.get(&format!("/v1/runs/{id}"), &server.admin);
+        assert_eq!(run["state"], "running", "{run}");
+        let (s, v) = server.call("POST", &format!("/v1/runs/{id}/stop"), &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+
+        // A cluster that refuses the controller's credentials: the run fails, naming it.
+        let id = launch_on(&server, &digest, "badtoken");
+        let run = wait_run(&server, &id, ended);
+        assert_eq!(run["state"], "failed", "{run}");
+        assert!(run["reason"].as_str().unwrap().contains("401"), "{run}");
+
+        // Over the delivery budget: refused naming both, before anything is created.
+        let before = posts(&kube).len();
+        let mut with_budget = args.to_vec();
+        with_budget.extend(["--delivery-budget", "10"]);
+        server.restart_with(&store, &with_budget);
+        let (s, v) = launch(
+            &server,
+            &server.admin,
+            json!({ "pack": digest, "max_cost": 1, "max_time": "10m", "target": "shared" }),
+        );
+        assert_eq!(s, 422, "{v}");
+        let why = v["error"].as_str().unwrap();
+        assert!(
+            why.contains("over the delivery budget of 10 bytes"),
+            "{why}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert_eq!(posts(&kube).len(), before, "nothing created");
     }
 }

@@ -3,6 +3,7 @@
 
 mod cdp;
 mod http_double;
+mod kube_double;
 mod model_double;
 mod support;
 

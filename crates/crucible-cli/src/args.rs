@@ -195,7 +195,7 @@ pub enum RemoteCommand {
 pub enum RemoteStandingCommand {
     /// Create one, checked as its launch would be; prints its id.
     #[command(after_help = STANDING_CREATE_FOOTER)]
-    Create(StandingCreateArgs),
+    Create(Box<StandingCreateArgs>),
     /// The standing launches of your teams.
     List,
     /// One standing launch and its firings, newest first.
@@ -279,6 +279,10 @@ pub struct LaunchSpec {
     /// The run's team (may be left out when you can edit in exactly one).
     #[arg(long)]
     pub team: Option<String>,
+    /// Where the run executes: `local` (the default: the controller itself) or a Kubernetes
+    /// target's name (`GET /v1/settings` lists them; docs/kubernetes.md).
+    #[arg(long)]
+    pub target: Option<String>,
 }
 
 #[derive(Args, Debug)]

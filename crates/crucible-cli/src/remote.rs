@@ -269,6 +269,7 @@ fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
         "caps": a.caps,
         "max_cost": a.max_cost,
         "max_time": a.max_time.map(|s| format!("{s}s")),
+        "target": a.target,
     }))
 }
 

@@ -305,6 +305,7 @@ async fn admit(
         caps: Vec::new(),
         max_cost: Some(policy.max_cost),
         max_time: Some(policy.max_time.clone()),
+        target: None,
     };
     let source = format!("ask `{}` ({})", ask.key.escape_debug(), ask.id);
     let by = Launcher {

@@ -40,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "run_tokens",
         include_str!("../migrations/0011_run_tokens.sql"),
     ),
+    (
+        12,
+        "dispatch",
+        include_str!("../migrations/0012_dispatch.sql"),
+    ),
 ];
 
 /// Every column that records a pack tree's digest (RFC-0002:C-PACK-BASE): a stored tree is

@@ -167,7 +167,8 @@ pub(crate) async fn record_end(db: &AnyPool, id: &str, ended: &Ended) -> Result<
 }
 
 /// At start: removes run directories no run records (a launch the controller died accepting),
-/// then resumes every run recorded `running`, each once.
+/// then resumes every run recorded `running` on this executor (not a Kubernetes target's:
+/// `dispatch`), each once.
 pub async fn resume_all(app: &App) -> Result<()> {
     for entry in std::fs::read_dir(app.runs_dir())? {
         let entry = entry?;

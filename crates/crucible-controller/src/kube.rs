@@ -17,10 +17,11 @@ use axum::extract::State;
 use axum::Json;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
-    ImageVolumeSource, LocalObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, ImageVolumeSource, LocalObjectReference, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Secret, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -61,6 +62,25 @@ pub struct Target {
     pub state_size: Option<String>,
     #[serde(default)]
     pub storage_class: Option<String>,
+    /// The kubeconfig file `context` is read from (default: `$KUBECONFIG`, else
+    /// `~/.kube/config`), read at each dispatch so rotated credentials are picked up.
+    #[serde(default)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The controller's URL as the run's pod reaches it (`CRUCIBLE_CONTROLLER_URL`): needed to
+    /// dispatch (the engine reports by connections it initiates), not to render.
+    #[serde(default)]
+    pub controller_url: Option<String>,
+}
+
+impl Target {
+    /// The client for this target's cluster, from its kubeconfig context.
+    pub fn client(&self) -> anyhow::Result<crate::kubeapi::Client> {
+        let path = self
+            .kubeconfig
+            .clone()
+            .unwrap_or_else(crate::kubeapi::default_kubeconfig);
+        crate::kubeapi::Client::from_kubeconfig(&path, &self.context)
+    }
 }
 
 #[derive(Deserialize)]
@@ -124,11 +144,79 @@ fn dns_label(s: &str) -> bool {
 }
 
 /// Where a launch's pack comes from in the pod.
-enum Delivery {
+pub(crate) enum Delivery {
     /// The gzipped tar, as a ConfigMap's binary data.
     ConfigMap(Vec<u8>),
     /// An image volume of `registry/repo@manifest`.
     Image(String),
+}
+
+impl Delivery {
+    pub(crate) fn how(&self) -> &'static str {
+        match self {
+            Delivery::ConfigMap(_) => "configmap",
+            Delivery::Image(_) => "image-volume",
+        }
+    }
+}
+
+/// The image volume a launch of `digest` on `target` mounts, if it gets one
+/// (RFC-0002:C-PACK-PUBLISH): only for a registry-trusted target that can mount OCI artifacts,
+/// of a published pack, by its recorded manifest digest.
+pub(crate) async fn image_reference(
+    app: &App,
+    target: &Target,
+    digest: &str,
+) -> ApiResult<Option<String>> {
+    let Some(registry) = &app.config.registry else {
+        return Ok(None);
+    };
+    if !(target.registry_trusted && target.image_volumes) {
+        return Ok(None);
+    }
+    let published: Option<String> = sqlx::query_scalar(
+        "SELECT manifest_digest FROM publications WHERE digest = $1 AND state = 'published'",
+    )
+    .bind(digest)
+    .fetch_optional(&app.db)
+    .await?
+    .flatten();
+    let repo = registry.url.split_once("://").map_or("", |(_, r)| r);
+    Ok(published.map(|manifest| format!("{}@{manifest}", repo.trim_end_matches('/'))))
+}
+
+/// How a launch of `digest` on `target` gets its pack: the image volume, else the delivery
+/// archive as a ConfigMap, refused over the delivery budget in force (RFC-0002:C-PACK-BASE)
+/// naming the budget and the size.
+pub(crate) async fn delivery(app: &App, target: &Target, digest: &str) -> ApiResult<Delivery> {
+    if let Some(reference) = image_reference(app, target, digest).await? {
+        return Ok(Delivery::Image(reference));
+    }
+    let tree = tree_dir(&app.trees_dir(), digest)
+        .filter(|t| t.is_dir())
+        .ok_or_else(|| anyhow::anyhow!("the stored tree of {digest} is missing"))?;
+    let archive = tokio::task::spawn_blocking(move || write_delivery(&tree, Vec::new()))
+        .await
+        .map_err(anyhow::Error::from)??;
+    within_budget(archive.len() as u64, app.config.delivery_budget_bytes)?;
+    Ok(Delivery::ConfigMap(archive))
+}
+
+/// The Kubernetes target a launch names, if any (`None` and `local` are the controller's own
+/// executor); an unknown name is refused.
+pub(crate) fn named_target<'a>(app: &'a App, name: Option<&str>) -> ApiResult<Option<&'a Target>> {
+    match name {
+        None | Some("local") => Ok(None),
+        Some(name) => app
+            .config
+            .targets
+            .iter()
+            .find(|t| t.name == name)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::Refused(format!("there is no target `{}`", name.escape_debug()))
+            }),
+    }
 }
 
 /// `POST /v1/render` (editors): the objects a launch on a Kubernetes target would create, as
@@ -139,16 +227,8 @@ pub async fn render(
     caller: Caller,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
-    // A launch with its target (not `#[serde(flatten)]`: with serde_json's arbitrary
-    // precision, which starlark turns on, a flattened f64 does not deserialize).
-    let malformed =
-        |e: serde_json::Error| ApiError::BadRequest(format!("the render is not well-formed: {e}"));
-    let mut body: Value = serde_json::from_slice(&body).map_err(malformed)?;
-    let target_name = match body.as_object_mut().and_then(|o| o.remove("target")) {
-        Some(Value::String(t)) => t,
-        _ => return Err(ApiError::BadRequest("the render names no `target`".into())),
-    };
-    let launch: LaunchRequest = serde_json::from_value(body).map_err(malformed)?;
+    let launch: LaunchRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the render is not well-formed: {e}")))?;
     let launch = &launch;
     let (_, team_id) = editable_team(&caller, launch.team.clone(), "rendering a launch")?;
     let params = launch.compile_params()?;
@@ -158,62 +238,45 @@ pub async fn render(
     let cost = launch
         .max_cost
         .ok_or_else(|| ApiError::Refused("a launch needs --max-cost".into()))?;
-    if target_name == "local" {
-        return Err(ApiError::Refused(
-            "the target `local` runs on the controller itself: there is nothing to render".into(),
-        ));
-    }
-    let target = app
-        .config
-        .targets
-        .iter()
-        .find(|t| t.name == target_name)
-        .ok_or_else(|| ApiError::NotFound(format!("target `{}`", target_name.escape_debug())))?
-        .clone();
+    let target = match launch.target.as_deref() {
+        None => return Err(ApiError::BadRequest("the render names no `target`".into())),
+        Some("local") => {
+            return Err(ApiError::Refused(
+                "the target `local` runs on the controller itself: there is nothing to render"
+                    .into(),
+            ))
+        }
+        Some(name) => app
+            .config
+            .targets
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ApiError::NotFound(format!("target `{}`", name.escape_debug())))?
+            .clone(),
+    };
     let _trees = app.trees_in_use().await;
     let (digest, _) = crate::launches::candidates(&app, &team_id, &launch.pack, None)
         .await?
         .into_iter()
         .next()
         .expect("candidates are never empty");
-    let published: Option<String> = sqlx::query_scalar(
-        "SELECT manifest_digest FROM publications WHERE digest = $1 AND state = 'published'",
-    )
-    .bind(&digest)
-    .fetch_optional(&app.db)
-    .await?
-    .flatten();
-    // RFC-0002:C-PACK-PUBLISH: an image volume only for a registry-trusted target that can
-    // mount OCI artifacts, of a published pack, by its recorded manifest digest.
-    let image = match (&app.config.registry, published) {
-        (Some(registry), Some(manifest)) if target.registry_trusted && target.image_volumes => {
-            let repo = registry.url.split_once("://").map_or("", |(_, r)| r);
-            Some(format!("{}@{manifest}", repo.trim_end_matches('/')))
-        }
-        _ => None,
-    };
-    let delivery = match image {
-        Some(reference) => Delivery::Image(reference),
-        None => {
-            let tree = tree_dir(&app.trees_dir(), &digest)
-                .filter(|t| t.is_dir())
-                .ok_or_else(|| anyhow::anyhow!("the stored tree of {digest} is missing"))?;
-            let archive = tokio::task::spawn_blocking(move || write_delivery(&tree, Vec::new()))
-                .await
-                .map_err(anyhow::Error::from)??;
-            within_budget(archive.len() as u64, app.config.delivery_budget_bytes)?;
-            Delivery::ConfigMap(archive)
-        }
-    };
-    let how = match delivery {
-        Delivery::ConfigMap(_) => "configmap",
-        Delivery::Image(_) => "image-volume",
-    };
-    let objects = objects(&target, &digest, &params, cost, secs, delivery);
+    let delivery = delivery(&app, &target, &digest).await?;
+    let how = delivery.how();
+    let launch_key = render_key(&target, &digest, &params, cost, secs);
+    let objects = objects(
+        &target,
+        &digest,
+        &params,
+        cost,
+        secs,
+        delivery,
+        &launch_key,
+        None,
+    );
     let mut yaml = String::new();
     for o in objects {
         yaml.push_str("---\n");
-        yaml.push_str(&o.map_err(|e: serde_yaml::Error| anyhow::anyhow!("rendering: {e}"))?);
+        yaml.push_str(&o.yaml().map_err(|e| anyhow::anyhow!("rendering: {e}"))?);
     }
     Ok(Json(json!({
         "target": target.name,
@@ -221,6 +284,24 @@ pub async fn render(
         "delivery": how,
         "yaml": yaml,
     })))
+}
+
+/// A rendering's stand-in for the run id in its names: a hash of what the launch sets.
+fn render_key(target: &Target, digest: &str, params: &[String], cost: f64, secs: u64) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        target.name.as_str(),
+        digest,
+        &cost.to_string(),
+        &secs.to_string(),
+    ]
+    .into_iter()
+    .chain(params.iter().map(String::as_str))
+    {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
 }
 
 /// Labels every rendered object carries.
@@ -231,48 +312,177 @@ fn labels() -> BTreeMap<String, String> {
     ])
 }
 
-fn meta(name: &str, target: &Target, digest: &str) -> ObjectMeta {
+/// The annotation naming the controller's run a dispatched object belongs to: an object of
+/// the same name without it (or with another run's) is not ours.
+pub(crate) const RUN_ANNOTATION: &str = "dev.crucible/run";
+
+fn meta(name: &str, target: &Target, digest: &str, run: Option<&RunIdentity>) -> ObjectMeta {
+    let mut annotations = BTreeMap::from([
+        ("dev.crucible/pack-digest".to_string(), digest.to_string()),
+        ("dev.crucible/target".into(), target.name.clone()),
+    ]);
+    if let Some(run) = run {
+        annotations.insert(RUN_ANNOTATION.into(), run.id.to_string());
+    }
     ObjectMeta {
         name: Some(name.into()),
         namespace: Some(target.namespace.clone()),
         labels: Some(labels()),
-        annotations: Some(BTreeMap::from([
-            ("dev.crucible/pack-digest".into(), digest.into()),
-            ("dev.crucible/target".into(), target.name.clone()),
-        ])),
+        annotations: Some(annotations),
         ..ObjectMeta::default()
     }
 }
 
-/// The objects of one launch, each as YAML: the ConfigMap (when the pack goes as one), the
-/// state claim and the Job.
-fn objects(
+/// What a dispatched run's objects carry that a rendering does not: the run's id, the
+/// controller's URL as the pod reaches it and the run token (in the run's Secret), the
+/// environment the engine reports by (the remote engine link).
+pub(crate) struct RunIdentity<'a> {
+    pub id: &'a str,
+    pub controller_url: &'a str,
+    pub token: &'a str,
+}
+
+/// One object a launch creates.
+pub(crate) enum Object {
+    Secret(Secret),
+    ConfigMap(ConfigMap),
+    Claim(Box<PersistentVolumeClaim>),
+    Job(Box<Job>),
+}
+
+impl Object {
+    pub(crate) fn name(&self) -> &str {
+        let m = match self {
+            Object::Secret(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
+            Object::Claim(o) => &o.metadata,
+            Object::Job(o) => &o.metadata,
+        };
+        m.name.as_deref().unwrap_or_default()
+    }
+
+    /// The API path of the collection it is created in, in `namespace`.
+    pub(crate) fn collection(&self, namespace: &str) -> String {
+        collection(self.kind(), namespace)
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Object::Secret(_) => Kind::Secret,
+            Object::ConfigMap(_) => Kind::ConfigMap,
+            Object::Claim(_) => Kind::Claim,
+            Object::Job(_) => Kind::Job,
+        }
+    }
+
+    pub(crate) fn json(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            Object::Secret(o) => serde_json::to_value(o),
+            Object::ConfigMap(o) => serde_json::to_value(o),
+            Object::Claim(o) => serde_json::to_value(&**o),
+            Object::Job(o) => serde_json::to_value(&**o),
+        }
+    }
+
+    fn yaml(&self) -> Result<String, serde_yaml::Error> {
+        match self {
+            Object::Secret(o) => serde_yaml::to_string(o),
+            Object::ConfigMap(o) => serde_yaml::to_string(o),
+            Object::Claim(o) => serde_yaml::to_string(&**o),
+            Object::Job(o) => serde_yaml::to_string(&**o),
+        }
+    }
+}
+
+/// The kinds of object a launch creates, in the order they are deleted once its run ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    Job,
+    Secret,
+    ConfigMap,
+    Claim,
+}
+
+pub(crate) const KINDS: [Kind; 4] = [Kind::Job, Kind::Secret, Kind::ConfigMap, Kind::Claim];
+
+/// The collection `kind` is created in, in `namespace`.
+pub(crate) fn collection(kind: Kind, namespace: &str) -> String {
+    match kind {
+        Kind::Job => format!("/apis/batch/v1/namespaces/{namespace}/jobs"),
+        Kind::Secret => format!("/api/v1/namespaces/{namespace}/secrets"),
+        Kind::ConfigMap => format!("/api/v1/namespaces/{namespace}/configmaps"),
+        Kind::Claim => format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims"),
+    }
+}
+
+/// The name of a launch's objects of `kind`, for a launch whose key is `key` (the run id when
+/// dispatched): `crucible-<12 hex of the digest>-<8 hex of the key's hash>`, and a suffix.
+pub(crate) fn object_name(kind: Kind, digest: &str, key: &str) -> String {
+    let hex = digest.strip_prefix("tree1:").unwrap_or(digest);
+    let launch = &hex::encode(Sha256::digest(key.as_bytes()))[..8];
+    let name = format!("crucible-{}-{launch}", &hex[..12.min(hex.len())]);
+    match kind {
+        Kind::Job | Kind::ConfigMap => name,
+        Kind::Secret => format!("{name}-token"),
+        Kind::Claim => format!("{name}-state"),
+    }
+}
+
+/// The objects of one launch, in the order they are created: the run's Secret (dispatched
+/// only), the ConfigMap (when the pack goes as one), the state claim and the Job.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn objects(
     target: &Target,
     digest: &str,
     params: &[String],
     cost: f64,
     secs: u64,
     delivery: Delivery,
-) -> Vec<Result<String, serde_yaml::Error>> {
-    let hex = digest.strip_prefix("tree1:").unwrap_or(digest);
-    let mut h = Sha256::new();
-    for part in [
-        target.name.as_str(),
-        digest,
-        &cost.to_string(),
-        &secs.to_string(),
-    ] {
-        h.update(part.as_bytes());
-        h.update([0]);
-    }
-    for p in params {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    let launch = &hex::encode(h.finalize())[..8];
-    let name = format!("crucible-{}-{launch}", &hex[..12.min(hex.len())]);
-    let state = format!("{name}-state");
+    key: &str,
+    run: Option<&RunIdentity>,
+) -> Vec<Object> {
+    let name = object_name(Kind::Job, digest, key);
+    let state = object_name(Kind::Claim, digest, key);
+    let secret = object_name(Kind::Secret, digest, key);
+    let meta = |name: &str| meta(name, target, digest, run);
     let mut out = Vec::new();
+    let mut env = None;
+    if let Some(run) = run {
+        out.push(Object::Secret(Secret {
+            metadata: meta(&secret),
+            data: Some(BTreeMap::from([(
+                "token".to_string(),
+                ByteString(run.token.as_bytes().to_vec()),
+            )])),
+            immutable: Some(true),
+            type_: Some("Opaque".into()),
+            ..Secret::default()
+        }));
+        let value = |name: &str, value: &str| EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            value_from: None,
+        };
+        env = Some(vec![
+            value(
+                "CRUCIBLE_CONTROLLER_URL",
+                run.controller_url.trim_end_matches('/'),
+            ),
+            value("CRUCIBLE_CONTROLLER_RUN", run.id),
+            EnvVar {
+                name: "CRUCIBLE_RUN_TOKEN".into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.clone(),
+                        key: "token".into(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+            },
+        ]);
+    }
     let mut run_args: Vec<String> = vec![
         "--manifest".into(),
         "/pack/crucible.toml".into(),
@@ -325,7 +535,7 @@ fn objects(
     match delivery {
         Delivery::ConfigMap(archive) => {
             let cm = ConfigMap {
-                metadata: meta(&name, target, digest),
+                metadata: meta(&name),
                 binary_data: Some(BTreeMap::from([(
                     "pack.tar.gz".to_string(),
                     ByteString(archive),
@@ -333,7 +543,7 @@ fn objects(
                 immutable: Some(true),
                 ..ConfigMap::default()
             };
-            out.push(serde_yaml::to_string(&cm));
+            out.push(Object::ConfigMap(cm));
             volumes.push(Volume {
                 name: "delivery".into(),
                 config_map: Some(ConfigMapVolumeSource {
@@ -392,7 +602,7 @@ fn objects(
         }
     }
     let claim = PersistentVolumeClaim {
-        metadata: meta(&state, target, digest),
+        metadata: meta(&state),
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             resources: Some(VolumeResourceRequirements {
@@ -407,10 +617,10 @@ fn objects(
         }),
         ..PersistentVolumeClaim::default()
     };
-    out.push(serde_yaml::to_string(&claim));
+    out.push(Object::Claim(Box::new(claim)));
     mounts.sort_by(|a, b| a.name.cmp(&b.name));
     let job = Job {
-        metadata: meta(&name, target, digest),
+        metadata: meta(&name),
         spec: Some(JobSpec {
             backoff_limit: Some(3),
             // The run's own wall-clock ceiling, and five minutes to start and settle.
@@ -418,6 +628,8 @@ fn objects(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels()),
+                    annotations: run
+                        .map(|r| BTreeMap::from([(RUN_ANNOTATION.to_string(), r.id.to_string())])),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -436,6 +648,7 @@ fn objects(
                         name: "run".into(),
                         image: Some(target.image.clone()),
                         command: Some(command),
+                        env,
                         volume_mounts: Some(mounts),
                         security_context: Some(restricted()),
                         ..Container::default()
@@ -448,7 +661,7 @@ fn objects(
         }),
         ..Job::default()
     };
-    out.push(serde_yaml::to_string(&job));
+    out.push(Object::Job(Box::new(job)));
     out
 }
 

@@ -49,6 +49,10 @@ pub struct LaunchRequest {
     pub max_cost: Option<f64>,
     /// The wall-clock ceiling as `plan run --max-time` takes it (`90s`, `1h30m`); required.
     pub max_time: Option<String>,
+    /// The dispatch target: `local` (the default, the controller's own executor) or a
+    /// Kubernetes target's name (issue 17, `dispatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 impl LaunchRequest {
@@ -396,11 +400,12 @@ pub(crate) async fn admit(
     // Malformed parameters and ceilings are refused before any pack is touched.
     req.compile_params()?;
     req.max_secs()?;
+    let target = dispatchable(app, req)?;
     let id = new_id();
     let run_dir = app.runs_dir().join(&id);
     // The tree delivered stays stored until the run records its digest.
     let trees = app.trees_in_use().await;
-    let accepted = accept(app, launcher, req, &run_dir, history)
+    let accepted = accept(app, launcher, req, &run_dir, history, target)
         .await
         .map(|mut a| {
             if let Some(source) = launcher.source {
@@ -409,7 +414,9 @@ pub(crate) async fn admit(
             a
         });
     let recorded = match accepted {
-        Ok(a) => record(app, launcher, &id, &a, req).await.map(|()| a),
+        Ok(a) => record(app, launcher, &id, &a, req, target)
+            .await
+            .map(|()| a),
         Err(e) => Err(e),
     };
     let accepted = match recorded {
@@ -426,10 +433,32 @@ pub(crate) async fn admit(
         "digest": accepted.digest,
         "source": accepted.source,
         "series": launcher.series,
+        "target": target.map_or("local", |t| t.name.as_str()),
         "state": "running",
     });
-    app.executor.dispatch(app.clone(), id, accepted.engine);
+    match target {
+        None => app.executor.dispatch(app.clone(), id, accepted.engine),
+        Some(t) => crate::dispatch::start(app.clone(), id, t.clone()),
+    }
     Ok(answer)
+}
+
+/// The Kubernetes target a launch is dispatched to, if any: one that is configured and says
+/// how its pods reach the controller (`controller_url`), or the launch is refused.
+fn dispatchable<'a>(
+    app: &'a App,
+    req: &LaunchRequest,
+) -> ApiResult<Option<&'a crate::kube::Target>> {
+    let target = crate::kube::named_target(app, req.target.as_deref())?;
+    if let Some(t) = target {
+        if t.controller_url.is_none() {
+            return Err(ApiError::Refused(format!(
+                "the target `{}` sets no controller_url: its runs could not report to the controller",
+                t.name
+            )));
+        }
+    }
+    Ok(target)
 }
 
 /// Checks a launch exactly as [`admit`] would, delivering into a scratch directory that is
@@ -438,6 +467,7 @@ pub(crate) async fn admit(
 pub(crate) async fn check(app: &App, team_id: &str, req: &LaunchRequest) -> ApiResult<()> {
     req.compile_params()?;
     req.max_secs()?;
+    let target = dispatchable(app, req)?;
     let scratch = app.tmp_dir().join(new_id());
     let history = History::none(app.config.engine.history_max_bytes);
     let trees = app.trees_in_use().await;
@@ -448,7 +478,7 @@ pub(crate) async fn check(app: &App, team_id: &str, req: &LaunchRequest) -> ApiR
         series: None,
         source: None,
     };
-    let checked = accept(app, &launcher, req, &scratch, history).await;
+    let checked = accept(app, &launcher, req, &scratch, history, target).await;
     drop(trees);
     let _ = std::fs::remove_dir_all(&scratch);
     checked.map(|_| ())
@@ -462,24 +492,32 @@ struct Accepted {
 }
 
 /// Delivers and checks the launch's candidates in turn (for a draft, the newest that
-/// compiles); the digest accepted, how the launch named it, and the engine request.
+/// compiles); the digest accepted, how the launch named it, and the engine request. For a
+/// Kubernetes target the delivery is checked against the budget exactly when the pack would go
+/// as a ConfigMap (an image volume is exempt, RFC-0002:C-PACK-BASE), before anything is created.
 async fn accept(
     app: &App,
     launcher: &Launcher<'_>,
     req: &LaunchRequest,
     run_dir: &Path,
     history: History,
+    target: Option<&crate::kube::Target>,
 ) -> ApiResult<Accepted> {
     let candidates = candidates(app, launcher.team_id, &req.pack, launcher.series).await?;
     let mut first_failure = None;
     for (digest, source) in candidates {
         let _ = std::fs::remove_dir_all(run_dir);
-        let (trees, pack, budget, d) = (
-            app.trees_dir(),
-            run_dir.join("pack"),
-            app.config.delivery_budget_bytes,
-            digest.clone(),
-        );
+        let budget = match target {
+            Some(t)
+                if crate::kube::image_reference(app, t, &digest)
+                    .await?
+                    .is_some() =>
+            {
+                u64::MAX
+            }
+            _ => app.config.delivery_budget_bytes,
+        };
+        let (trees, pack, d) = (app.trees_dir(), run_dir.join("pack"), digest.clone());
         tokio::task::spawn_blocking(move || deliver(&trees, &d, &pack, budget))
             .await
             .map_err(anyhow::Error::from)??;
@@ -511,11 +549,13 @@ async fn record(
     id: &str,
     a: &Accepted,
     req: &LaunchRequest,
+    target: Option<&crate::kube::Target>,
 ) -> ApiResult<()> {
     let mut tx = app.db.begin().await?;
     sqlx::query(
         "INSERT INTO runs (id, team_id, subject_id, digest, source, request, state, dispatches, \
-         created_at, series_id) VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7, $8)",
+         created_at, series_id, target, executor) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7, $8, $9, $10)",
     )
     .bind(id)
     .bind(launcher.team_id)
@@ -525,12 +565,22 @@ async fn record(
     .bind(serde_json::to_string(req).map_err(anyhow::Error::from)?)
     .bind(now_ms())
     .bind(launcher.series)
+    .bind(target.map(|t| t.name.as_str()))
+    // A run on a Kubernetes target is executed outside the controller (`link`): its engine
+    // reports with a run token, and a restart never executes it here.
+    .bind(match target {
+        Some(_) => crate::link::REMOTE,
+        None => crate::link::LOCAL,
+    })
     .execute(&mut *tx)
     .await?;
-    let series = match launcher.series {
+    let mut series = match launcher.series {
         Some(s) => format!(", fired by standing launch {s}"),
         None => String::new(),
     };
+    if let Some(t) = target {
+        series.push_str(&format!(", on target {}", t.name));
+    }
     audit::record(
         &mut tx,
         launcher.subject,

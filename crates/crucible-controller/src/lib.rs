@@ -20,11 +20,13 @@ pub mod clock;
 pub mod collect;
 pub mod db;
 pub mod decisions;
+pub mod dispatch;
 pub mod drafts;
 pub mod error;
 pub mod executor;
 pub mod identity;
 pub mod kube;
+pub mod kubeapi;
 pub mod launches;
 pub mod link;
 pub mod oci;
@@ -229,6 +231,8 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
     ready(bound, db::describe(&url), bootstrapped);
     // RFC-0002:C-PLAYBOOK-RESUME: the runs a controller that stopped was executing go on.
     executor::resume_all(&app).await?;
+    // Issue 17: runs on Kubernetes targets are watched again (never created twice).
+    dispatch::resume_all(&app).await?;
     if !app.clock.is_test() {
         tokio::spawn(scheduler::tick_loop(app.clone()));
     }

@@ -78,6 +78,8 @@ impl Recorded {
             "launched_by": self.launched_by,
             "digest": self.digest,
             "source": self.source,
+            // Where it runs: `local`, or the Kubernetes target it was dispatched to.
+            "target": self.request["target"].as_str().unwrap_or("local"),
             "state": self.state,
             "outcome": self.outcome,
             "verdict": self.verdict,
@@ -308,7 +310,11 @@ pub async fn stop(
         )));
     }
     let stopped = match run.executor.as_str() {
-        crate::link::REMOTE => crate::link::stop(&app, &caller, &id).await?,
+        crate::link::REMOTE => {
+            // A run dispatched to a Kubernetes target: its Job goes first, its pods with it.
+            crate::dispatch::delete_job(&app, &id).await?;
+            crate::link::stop(&app, &caller, &id).await?
+        }
         _ => app.executor.stop(&id),
     };
     if !stopped {
