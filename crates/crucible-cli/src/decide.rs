@@ -27,9 +27,21 @@ pub static TERMINAL: Mutex<()> = Mutex::new(());
 /// How many exchanges have been shown: the live view's frame above one is not redrawn over it.
 pub static ASKED: AtomicU64 = AtomicU64::new(0);
 
-/// Who answers: the controller where one is named, else the terminal where stdin and stderr
-/// are both terminals, else no one.
+/// Who answers: the controller `CRUCIBLE_DECISIONS_URL` names, else the controller the run is
+/// linked to (`CRUCIBLE_CONTROLLER_URL`, `_RUN` and `CRUCIBLE_RUN_TOKEN`: an engine outside the
+/// controller that recorded its run), else the terminal where stdin and stderr are both
+/// terminals, else no one.
 pub fn decider() -> Result<Option<Arc<dyn Decider>>> {
+    let poll = || -> Result<Duration> {
+        let ms = match std::env::var(controller::POLL_MS_ENV) {
+            Ok(t) => t
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("{}: {t:?} is not a whole number", controller::POLL_MS_ENV))?,
+            Err(_) => controller::DEFAULT_POLL_MS,
+        };
+        Ok(Duration::from_millis(ms.max(1)))
+    };
     if let Ok(url) = std::env::var(controller::URL_ENV) {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(anyhow!(
@@ -37,16 +49,12 @@ pub fn decider() -> Result<Option<Arc<dyn Decider>>> {
                 controller::URL_ENV
             ));
         }
-        let poll = match std::env::var(controller::POLL_MS_ENV) {
-            Ok(t) => t
-                .trim()
-                .parse()
-                .map_err(|_| anyhow!("{}: {t:?} is not a whole number", controller::POLL_MS_ENV))?,
-            Err(_) => controller::DEFAULT_POLL_MS,
-        };
         let token = std::env::var(controller::TOKEN_ENV).ok();
-        let c = Controller::new(&url, token, Duration::from_millis(poll.max(1)));
+        let c = Controller::new(&url, token, poll()?);
         return Ok(Some(Arc::new(c)));
+    }
+    if let Some(link) = crucible_engine::link::Link::from_env().map_err(|e| anyhow!(e))? {
+        return Ok(Some(Arc::new(Controller::linked(&link, poll()?))));
     }
     Ok(Terminal::here().map(|t| Arc::new(t) as Arc<dyn Decider>))
 }

@@ -121,7 +121,13 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     }
     let reports = report_config()?;
     let max_asks = asks_bound()?;
-    let caps = crucible_engine::substrate_caps(&args.caps, &inference);
+    let link = crucible_engine::link::Link::from_env().map_err(|e| anyhow!(e))?;
+    let mut caps = crucible_engine::substrate_caps(&args.caps, &inference);
+    // A run recorded by a controller has the `human` capability, as the controller's own runs
+    // do: its routes are answered by the controller's approvers.
+    if link.is_some() && !caps.iter().any(|c| c == "human") {
+        caps.push("human".into());
+    }
     let pack_digest = crucible_pack::files::tree1_digest(&manifest.dir)
         .map_err(|e| anyhow!("pack {}: {e}", manifest.dir.display()))?;
     // The live view's done/total: the plan's own tasks (instances and rounds are parts of one).

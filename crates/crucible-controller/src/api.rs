@@ -293,6 +293,25 @@ pub fn endpoints() -> Vec<Endpoint> {
             || get(decisions::list),
         ),
         op(
+            Post,
+            "/v1/decisions",
+            "Open a decision request (a remote run's engine, by its run token): the request as the engine's polling protocol sends it; answers its record, 201 new or 200 the pair's existing one unchanged",
+            || post(decisions::open),
+        )
+        .body(Body::Json),
+        op(
+            Get,
+            "/v1/decisions/{run}/{route}",
+            "Poll a decision request's record (the run's token)",
+            || get(decisions::poll),
+        ),
+        op(
+            Delete,
+            "/v1/decisions/{run}/{route}",
+            "Withdraw an open decision request (the run's token): its run stopped",
+            || delete(decisions::withdraw),
+        ),
+        op(
             Get,
             "/v1/runs/{id}/decisions/{route}",
             "One decision request: its questions, evidence and digest, state and answer",

@@ -11,8 +11,10 @@
 use crate::db::now_ms;
 use crate::error::{ApiError, ApiResult};
 use crate::identity::{Caller, Role};
+use crate::link::RunCaller;
 use crate::{audit, App};
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::Json;
 use crucible_engine::decision::{self, Answer, DecideError, Decider, Polled, Request, State as Q};
 use serde::Deserialize;
@@ -64,28 +66,16 @@ impl Decider for StoreDecider {
     /// Records the request unless the run and route already have one, then reads it back: an
     /// open for a pair that has one returns that one, its expiry and any answer untouched.
     fn open(&self, req: &Request) -> Result<Polled, DecideError> {
-        let expires = decision::parse_time(&req.expires_at)
-            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .ok_or_else(|| DecideError::Refused("the request's expiry does not parse".into()))?;
-        let body = serde_json::to_string(req).expect("a request serializes");
-        self.runtime
-            .block_on(
-                sqlx::query(
-                    "INSERT INTO decisions (run_id, route, request, digest, expires_ms, state, \
-                     created_at) VALUES ($1, $2, $3, $4, $5, 'open', $6) \
-                     ON CONFLICT (run_id, route) DO NOTHING",
-                )
-                .bind(&self.run)
-                .bind(&req.route)
-                .bind(body)
-                .bind(&req.digest)
-                .bind(expires)
-                .bind(now_ms())
-                .execute(&self.db),
-            )
-            .map_err(|e| DecideError::Transport(format!("the store cannot be written: {e}")))?;
-        self.polled(&req.route)
+        match self
+            .runtime
+            .block_on(open_request(&self.db, &self.run, req))
+        {
+            Ok((held, _)) => Ok(held.polled()),
+            Err(Opening::Bad(why)) => Err(DecideError::Refused(why)),
+            Err(Opening::Store(e)) => Err(DecideError::Transport(format!(
+                "the store cannot be written: {e}"
+            ))),
+        }
     }
 
     fn poll(&self, req: &Request, until: SystemTime) -> Result<Polled, DecideError> {
@@ -100,17 +90,69 @@ impl Decider for StoreDecider {
     /// A stop withdraws the request, so every later answer is refused.
     fn close(&self, req: &Request, withdraw: bool) {
         if withdraw {
-            let _ = self.runtime.block_on(
-                sqlx::query(
-                    "UPDATE decisions SET state = 'withdrawn' \
-                     WHERE run_id = $1 AND route = $2 AND state = 'open'",
-                )
-                .bind(&self.run)
-                .bind(&req.route)
-                .execute(&self.db),
-            );
+            let _ = self
+                .runtime
+                .block_on(withdraw_request(&self.db, &self.run, &req.route));
         }
     }
+}
+
+/// Why a request was not opened.
+enum Opening {
+    /// The request itself is refused.
+    Bad(String),
+    Store(sqlx::Error),
+}
+
+impl From<sqlx::Error> for Opening {
+    fn from(e: sqlx::Error) -> Opening {
+        Opening::Store(e)
+    }
+}
+
+/// The one way a run's request is opened, for a run executed here ([`StoreDecider`]) and for
+/// one executed elsewhere (`POST /v1/decisions`): recorded unless the run and route already have
+/// one, then read back with whether it is new. An open for a pair that has one returns that one
+/// unchanged (its digest, expiry from the first open, state and answer).
+async fn open_request(db: &AnyPool, run: &str, req: &Request) -> Result<(Held, bool), Opening> {
+    let expires = decision::parse_time(&req.expires_at)
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .ok_or_else(|| Opening::Bad("the request's expiry does not parse".into()))?;
+    let body = serde_json::to_string(req).expect("a request serializes");
+    let done = sqlx::query(
+        "INSERT INTO decisions (run_id, route, request, digest, expires_ms, state, \
+         created_at) VALUES ($1, $2, $3, $4, $5, 'open', $6) \
+         ON CONFLICT (run_id, route) DO NOTHING",
+    )
+    .bind(run)
+    .bind(&req.route)
+    .bind(body)
+    .bind(&req.digest)
+    .bind(expires)
+    .bind(now_ms())
+    .execute(db)
+    .await?;
+    let held = fetch(db, run, &req.route).await?.ok_or_else(|| {
+        Opening::Bad(format!(
+            "the store holds no request for route `{}`",
+            req.route.escape_debug()
+        ))
+    })?;
+    Ok((held, done.rows_affected() == 1))
+}
+
+/// Withdraws the run's open request for `route` (its run stopped): every later answer is refused.
+async fn withdraw_request(db: &AnyPool, run: &str, route: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE decisions SET state = 'withdrawn' \
+         WHERE run_id = $1 AND route = $2 AND state = 'open'",
+    )
+    .bind(run)
+    .bind(route)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// One request as stored.
@@ -161,6 +203,20 @@ impl Held {
             digest: self.request.digest.clone(),
             expires_at: self.request.expires_at.clone(),
         }
+    }
+
+    /// The request's record as the polling protocol answers it (docs/decisions.md): the run is
+    /// the controller's id of it.
+    fn record(&self) -> Value {
+        json!({
+            "run": self.run_id,
+            "route": self.request.route,
+            "digest": self.request.digest,
+            "opened_at": self.request.opened_at,
+            "expires_at": self.request.expires_at,
+            "state": self.state(),
+            "answer": self.answer,
+        })
     }
 
     /// The request as the API shows it: its questions and evidence, its state and answer.
@@ -360,4 +416,101 @@ pub async fn answer(
     Ok(Json(
         json!({ "acknowledged": false, "request": held.to_value() }),
     ))
+}
+
+/// How large an engine's request may be: its evidence within the operator's bound, and room for
+/// its questions.
+fn request_limit(app: &App) -> usize {
+    let evidence = app.config.engine.decision_bounds.evidence_bytes;
+    usize::try_from(evidence.saturating_mul(2).saturating_add(1 << 20)).unwrap_or(usize::MAX)
+}
+
+/// `POST /v1/decisions` (a remote run's token; docs/decisions.md, the controller's polling
+/// protocol): the run's engine opens its request for a route, through the same store and rules
+/// as a run executed here. The evidence must be within this controller's bound and its digest
+/// the one its canonical encoding gives: approvers are shown that evidence and answer naming
+/// that digest. A new request answers 201, the pair's existing one 200, unchanged.
+pub async fn open(
+    State(app): State<App>,
+    engine: RunCaller,
+    body: axum::body::Body,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let bytes = axum::body::to_bytes(body, request_limit(&app))
+        .await
+        .map_err(|e| ApiError::TooLarge(format!("the decision request: {e}")))?;
+    let req: Request = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::BadRequest(format!("the decision request is not well-formed: {e}"))
+    })?;
+    let route_ok = !req.route.is_empty()
+        && req.route.len() <= 200
+        && !req.route.contains(['/', '?', '#'])
+        && !req.route.chars().any(char::is_control);
+    if !route_ok || req.questions.is_empty() {
+        return Err(ApiError::BadRequest(
+            "the decision request names no route it can be found under, or asks nothing".into(),
+        ));
+    }
+    let (_, digest) = decision::seal(
+        &req.evidence,
+        app.config.engine.decision_bounds.evidence_bytes,
+    )
+    .map_err(ApiError::Refused)?;
+    if digest != req.digest {
+        return Err(ApiError::Refused(format!(
+            "the request names the digest {:?}, and its evidence's is {digest:?}",
+            req.digest
+        )));
+    }
+    let (held, new) = match open_request(&app.db, &engine.run, &req).await {
+        Ok(opened) => opened,
+        Err(Opening::Bad(why)) => return Err(ApiError::Refused(why)),
+        Err(Opening::Store(e)) => return Err(e.into()),
+    };
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(held.record())))
+}
+
+/// The request of the token's run for `route`.
+async fn of_engine(app: &App, engine: &RunCaller, run: &str, route: &str) -> ApiResult<Held> {
+    engine.only(run)?;
+    fetch(&app.db, run, route).await?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "a decision request for route `{}`",
+            route.escape_debug()
+        ))
+    })
+}
+
+/// `GET /v1/decisions/{run}/{route}` (the run's token): the engine polls its request.
+pub async fn poll(
+    State(app): State<App>,
+    engine: RunCaller,
+    Path((run, route)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(of_engine(&app, &engine, &run, &route).await?.record()))
+}
+
+/// `DELETE /v1/decisions/{run}/{route}` (the run's token): the engine withdraws its open
+/// request (its run stopped); an answered or expired one is left as it is.
+pub async fn withdraw(
+    State(app): State<App>,
+    engine: RunCaller,
+    Path((run, route)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    of_engine(&app, &engine, &run, &route).await?;
+    withdraw_request(&app.db, &run, &route).await?;
+    Ok(Json(of_engine(&app, &engine, &run, &route).await?.record()))
+}
+
+/// Withdraws every open request of a run (a remote run stopped on the controller).
+pub(crate) async fn withdraw_all(db: &AnyPool, run: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE decisions SET state = 'withdrawn' WHERE run_id = $1 AND state = 'open'")
+        .bind(run)
+        .execute(db)
+        .await?;
+    Ok(())
 }

@@ -28,10 +28,8 @@ pub const LOCAL: &str = "local";
 /// The `runs.executor` of a run an engine elsewhere executes: never dispatched nor resumed here.
 pub const REMOTE: &str = "remote";
 
-/// The environment a remote engine is given (docs/controller.md).
-pub const CONTROLLER_URL_ENV: &str = "CRUCIBLE_CONTROLLER_URL";
-pub const CONTROLLER_RUN_ENV: &str = "CRUCIBLE_CONTROLLER_RUN";
-pub const RUN_TOKEN_ENV: &str = "CRUCIBLE_RUN_TOKEN";
+/// The environment a remote engine is given (docs/controller.md), as the engine reads it.
+pub use crucible_engine::link::{CONTROLLER_RUN_ENV, CONTROLLER_URL_ENV, RUN_TOKEN_ENV};
 
 /// Mints a token for run `run_id`, which must be recorded `running` with the executor `remote`
 /// (a local run's engine needs none; an ended run's token would be dead). Only its SHA-256 is
@@ -245,6 +243,7 @@ pub(crate) async fn stop(app: &App, caller: &Caller, id: &str) -> ApiResult<bool
     .execute(&app.db)
     .await?;
     if done.rows_affected() == 1 {
+        crate::decisions::withdraw_all(&app.db, id).await?;
         let mut tx = app.db.begin().await?;
         audit::record(
             &mut tx,

@@ -14,6 +14,7 @@ mod git;
 pub mod graph;
 pub mod history;
 mod leftovers;
+pub mod link;
 mod lock;
 mod log;
 mod proc;

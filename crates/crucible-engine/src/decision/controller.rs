@@ -1,7 +1,9 @@
 //! The controller as the one who answers (RFC-0002:C-HUMAN-DECISION): the engine opens each
 //! request with a POST and polls it with GETs, so the controller never connects to the run;
 //! a stop withdraws it with a DELETE. The wire protocol is in docs/decisions.md ("Human
-//! decisions: the controller's polling protocol").
+//! decisions: the controller's polling protocol"). `crucible serve` serves it to the engines of
+//! the runs it recorded for executing elsewhere, which reach it through their link
+//! ([`crate::link`]): [`Controller::linked`].
 
 use super::{Answer, DecideError, Decider, Polled, Request, State};
 use serde::Deserialize;
@@ -22,6 +24,9 @@ pub struct Controller {
     base: String,
     token: Option<String>,
     interval: Duration,
+    /// The controller's id of the run, which its request paths name, when the engine is linked
+    /// to the controller that recorded its run; otherwise they name the engine's own run id.
+    run: Option<String>,
 }
 
 /// A request as the controller returns it.
@@ -40,12 +45,27 @@ impl Controller {
             base: base.trim_end_matches('/').to_string(),
             token,
             interval,
+            run: None,
+        }
+    }
+
+    /// The controller a linked engine's run was recorded by: its URL, the run's token, and its
+    /// id of the run in every request path.
+    pub fn linked(link: &crate::link::Link, interval: Duration) -> Controller {
+        Controller {
+            run: Some(link.run.clone()),
+            ..Controller::new(&link.url, Some(link.token.clone()), interval)
         }
     }
 
     fn url(&self, req: Option<&Request>) -> String {
         match req {
-            Some(r) => format!("{}/v1/decisions/{}/{}", self.base, r.run, r.route),
+            Some(r) => format!(
+                "{}/v1/decisions/{}/{}",
+                self.base,
+                self.run.as_deref().unwrap_or(&r.run),
+                r.route
+            ),
             None => format!("{}/v1/decisions", self.base),
         }
     }
@@ -116,7 +136,14 @@ impl Decider for Controller {
     }
 
     fn describe(&self) -> String {
-        format!("the controller at {} ({URL_ENV})", self.base)
+        match &self.run {
+            Some(run) => format!(
+                "the controller at {} (run {run}, {})",
+                self.base,
+                crate::link::CONTROLLER_URL_ENV
+            ),
+            None => format!("the controller at {} ({URL_ENV})", self.base),
+        }
     }
 
     fn open(&self, req: &Request) -> Result<Polled, DecideError> {
