@@ -405,10 +405,15 @@ fn chat(out: &mut TcpStream, body: &Value, script: Option<&Value>) {
     let _ = out.flush();
 }
 
-/// A shell command writing `content` to `path`, single-quoted.
+/// A shell command writing `content` to `path` (its directory made first, as a write tool
+/// does), single-quoted.
 fn write_command(path: &str, content: &str) -> String {
     let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
-    format!("printf '%s' {} > {}", q(content), q(path))
+    let made = match path.rfind('/') {
+        Some(at) => format!("mkdir -p {} && ", q(&path[..at])),
+        None => String::new(),
+    };
+    format!("{made}printf '%s' {} > {}", q(content), q(path))
 }
 
 /// OpenAI Responses (`POST /v1/responses`, streamed): files are written with `exec_command`.

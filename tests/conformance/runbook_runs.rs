@@ -432,8 +432,8 @@ fn a_gate_is_decided_at_the_terminal() {
 }
 
 /// What `p`'s last run logged of its runbook's stages, in order: each `runbook_stage` line as
-/// `stage <name> gate <approved>` (`null` before its gate is decided), `decision_opened`, and
-/// the task's row.
+/// `stage <name> gate <approved>` (`null` before its gate is decided), `decision_opened`,
+/// `runbook_stages_closed` and the task's row.
 fn stage_lines(p: &Pack) -> Vec<String> {
     (p.log().iter())
         .filter_map(|l| match l["kind"].as_str()? {
@@ -442,7 +442,9 @@ fn stage_lines(p: &Pack) -> Vec<String> {
                 l["checkpoint"]["stage"].as_str()?,
                 l["checkpoint"]["gate"]["approved"]
             )),
-            k @ ("decision_opened" | "task_result") => Some(k.to_string()),
+            k @ ("decision_opened" | "runbook_stages_closed" | "task_result") => {
+                Some(k.to_string())
+            }
             _ => None,
         })
         .collect()
@@ -493,6 +495,7 @@ fn c_human_decision_a_runbook_runs_a_turn_per_stage_with_its_gate_between_them()
                     "decision_opened",
                     "stage plan gate true",
                     "stage report gate null",
+                    "runbook_stages_closed",
                     "task_result"
                 ]
             );
@@ -524,7 +527,12 @@ fn c_human_decision_a_runbook_runs_a_turn_per_stage_with_its_gate_between_them()
             assert_eq!(ran, "plan\n", "the report's stage never ran");
             assert_eq!(
                 stage_lines(&p),
-                ["stage plan gate null", "decision_opened", "task_result"]
+                [
+                    "stage plan gate null",
+                    "decision_opened",
+                    "runbook_stages_closed",
+                    "task_result"
+                ]
             );
             assert_eq!(ledger["checkpoints"].as_array().unwrap().len(), 1);
             assert!(!p.probe().join("prompt-report.md").exists());
@@ -603,6 +611,7 @@ fn c_playbook_resume_a_runbook_killed_between_stages_resumes_at_the_first_unsett
         [
             "stage plan gate null",
             "stage report gate null",
+            "runbook_stages_closed",
             "task_result"
         ]
     );
@@ -1088,4 +1097,68 @@ fn c_human_decision_runbook_stages_and_their_gate_on_a_real_agent_cli() {
 /// The file `rel` of the example's workspace in `dir`, if it is there.
 fn workspace_file(dir: &std::path::Path, rel: &str) -> Option<String> {
     std::fs::read_to_string(dir.join("workspace").join(rel)).ok()
+}
+
+// Issue 15, stage turns on each real CLI against the scripted endpoint (no gate, so no terminal
+// is needed): the runbook's two stages are two turns of one conversation, the second continuing
+// the first (Claude Code `--resume`, codex `resume`, pi `--session`): the report stage's
+// request carries the plan stage's turn, each stage wrote only its own file, and the row holds
+// each stage's hash and the spend of every call of both turns.
+#[test]
+fn c_revise_loop_runbook_stage_turns_continue_one_conversation_on_each_cli() {
+    use crate::agents::{CLAUDE, CODEX, PI};
+    for cli in [&CLAUDE, &CODEX, &PI] {
+        let wf = "triage = skill(name = \"triage\", runbook = \"runbooks/triage\")\nworkflow([triage])\n";
+        let Some(p) = cli.pack(wf) else { continue };
+        bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, false));
+        let model = crate::model_double::ModelDouble::with_default(serde_json::json!({"stages": {
+            "plan": {"write": {"results/plan.md": "the plan",
+                "PLAN_TASK_RESULT.json": "{\"summary\": \"planned\"}"}},
+            "report": {"write": {"results/report.md": "the report",
+                "PLAN_TASK_RESULT.json": "{\"summary\": \"reported\"}"}}}}));
+        let r = cli.run(&p, &model, &[]);
+        assert_eq!(r.code, 0, "{}: {r:?}", cli.name);
+        let row = p.row("triage");
+        let ledger = &row["runbook"];
+        for (k, text) in [(0, "the plan"), (1, "the report")] {
+            assert_eq!(
+                ledger["checkpoints"][k]["artifacts"][0]["sha256"],
+                sha256(text.as_bytes()),
+                "{}: {row}",
+                cli.name
+            );
+        }
+        let calls = model.scripted_calls();
+        let stage_of = |c: &crate::model_double::Seen| {
+            let text = c.conversation();
+            ["report", "plan"]
+                .into_iter()
+                .find(|s| text.contains(&format!("# Runbook stage `{s}`")))
+        };
+        let first_report = (calls.iter())
+            .position(|c| stage_of(c) == Some("report"))
+            .unwrap_or_else(|| panic!("{}: the report stage was never asked for", cli.name));
+        assert!(
+            calls[..first_report]
+                .iter()
+                .all(|c| stage_of(c) == Some("plan")),
+            "{}: the plan's turn came first",
+            cli.name
+        );
+        assert!(
+            calls[first_report]
+                .conversation()
+                .contains("# Runbook stage `plan`"),
+            "{}: the report's turn continues the plan's conversation",
+            cli.name
+        );
+        let spent = row["cost_usd"].as_f64().unwrap();
+        let each = cli.call_cost();
+        assert!(
+            (spent - each * calls.len() as f64).abs() < 1e-9,
+            "{}: {spent} for {} calls",
+            cli.name,
+            calls.len()
+        );
+    }
 }

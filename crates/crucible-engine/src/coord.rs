@@ -60,6 +60,8 @@ enum Msg {
     GateOpened(DecisionOpened),
     /// A stage of a staged runbook task was done, or its gate decided (issue 15): logged.
     StageDone(crucible_plan::wire::RunbookStage),
+    /// The attempt that logged those stages ended: logged, so none of them is folded again.
+    StagesClosed(crucible_plan::wire::RunbookStagesClosed),
 }
 
 /// What a dispatched task came back with.
@@ -694,6 +696,9 @@ pub async fn execute(
                 }
                 Msg::StageDone(st) => {
                     c.writer.push(&Event::RunbookStage(st));
+                }
+                Msg::StagesClosed(closed) => {
+                    c.writer.push(&Event::RunbookStagesClosed(closed));
                 }
             },
             Some(()) = stop.recv(), if !c.stopped => c.on_stop(),

@@ -25,7 +25,8 @@ pub struct Log {
     pub asks: u32,
     /// Decision requests the run opened (RFC-0002:C-HUMAN-DECISION), in the order they opened.
     pub opened: Vec<crucible_plan::wire::DecisionOpened>,
-    /// Stages of staged runbook tasks whose turns were done (issue 15), in the order logged.
+    /// Stages of staged runbook tasks whose turns were done (issue 15), in the order logged,
+    /// without those of an attempt that ended.
     pub stages: Vec<crucible_plan::wire::RunbookStage>,
     pub shutdown: Option<Shutdown>,
     /// A torn last line to cut before anything is appended: the byte length to keep.
@@ -87,6 +88,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
             Event::AsksEmitted(a) => log.asks += a.asks.len() as u32,
             Event::DecisionOpened(o) => log.opened.push(o),
             Event::RunbookStage(st) => log.stages.push(st),
+            Event::RunbookStagesClosed(c) => log.stages.retain(|st| st.set != c.set),
             Event::Shutdown(s) => log.shutdown = Some(s),
             _ => {}
         }
@@ -379,6 +381,52 @@ mod tests {
     fn a_whole_unterminated_last_line_is_kept() {
         let text = format!("{}\n{}", start(), row("a"));
         assert_eq!(append_and_reread(&text), ["a", "after"]);
+    }
+
+    // Issue 15, C-PLAYBOOK-RESUME: the stages a resumed run folds are those of attempts that
+    // did not end; an ended attempt's (a revise loop's earlier round) are never restored.
+    #[test]
+    fn stages_of_an_ended_attempt_are_not_folded() {
+        use crucible_plan::wire::{CheckpointRecord, RunbookStage, RunbookStagesClosed};
+        let stage = |set: &str, stage: &str| {
+            let line = Event::RunbookStage(RunbookStage {
+                task: "t".into(),
+                set: set.into(),
+                checkpoint: CheckpointRecord {
+                    stage: stage.into(),
+                    artifacts: Vec::new(),
+                    gate: None,
+                },
+                cost_usd: 0.0,
+            });
+            encode(&line, "2026-11-30T00:00:01.000Z")
+        };
+        let closed = encode(
+            &Event::RunbookStagesClosed(RunbookStagesClosed {
+                task: "t".into(),
+                set: "t".into(),
+            }),
+            "2026-11-30T00:00:02.000Z",
+        );
+        let text = [
+            start(),
+            stage("t", "plan"),
+            stage("u", "plan"),
+            stage("t", "report"),
+            closed,
+            stage("t", "plan"),
+        ]
+        .join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        let folded: Vec<(String, String)> = (read_log(&path).unwrap().stages.into_iter())
+            .map(|s| (s.set, s.checkpoint.stage))
+            .collect();
+        assert_eq!(
+            folded,
+            [("u".into(), "plan".into()), ("t".into(), "plan".into())]
+        );
     }
 
     #[test]

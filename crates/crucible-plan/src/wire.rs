@@ -24,6 +24,7 @@ pub enum Event {
     AsksEmitted(AsksEmitted),
     DecisionOpened(DecisionOpened),
     RunbookStage(RunbookStage),
+    RunbookStagesClosed(RunbookStagesClosed),
     Resumed(Resumed),
     Shutdown(Shutdown),
 }
@@ -356,6 +357,15 @@ pub struct RunbookStage {
     pub cost_usd: f64,
 }
 
+/// The attempt that logged stages of `set` ended (issue 15): its stages are not resumable any
+/// more, so a later attempt of the same set (a revise loop's next round) starts from the first
+/// stage, and a resumed run folds none of the lines before this one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunbookStagesClosed {
+    pub task: String,
+    pub set: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resumed {
     pub run: String,
@@ -508,6 +518,7 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
         "asks_emitted",
         "decision_opened",
         "runbook_stage",
+        "runbook_stages_closed",
         "resumed",
         "shutdown",
     ];

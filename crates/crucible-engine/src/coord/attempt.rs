@@ -365,8 +365,18 @@ pub(super) async fn run(
                 }
             }
             report.runbook = Some(ledger);
-            // The attempt is over: a later one (a revise round) starts from the first stage.
-            (ctx.stages.lock().expect("stages")).remove(set_name);
+            // The attempt is over: a later one (a revise round) starts from the first stage,
+            // also after a crash.
+            if (ctx.stages.lock().expect("stages"))
+                .remove(set_name)
+                .is_some()
+            {
+                let closed = crucible_plan::wire::RunbookStagesClosed {
+                    task: task.name.clone(),
+                    set: set_name.to_string(),
+                };
+                let _ = ctx.tx.send(super::Msg::StagesClosed(closed));
+            }
         }
         // RFC-0002:C-ASKS: only a passing attempt emits; a failing one's file goes with its
         // discarded changes.
