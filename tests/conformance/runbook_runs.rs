@@ -1162,3 +1162,36 @@ fn c_revise_loop_runbook_stage_turns_continue_one_conversation_on_each_cli() {
         );
     }
 }
+
+// Issue 15, RFC-0002:C-PLAYBOOK-BUDGET for stages: the attempt's deadline covers all its stage turns
+// together. Each stage's turn alone (4s) is within the task's 6s limit; the two are not, so
+// the report's turn is cut at the attempt's deadline, not given a fresh one (the attempt ends
+// before the 8s two fresh deadlines would allow), and the task fails timed out, the plan's
+// stage and the cut report's in its ledger.
+#[test]
+fn c_playbook_budget_one_deadline_covers_every_stage_turn_of_a_runbook() {
+    let p = pack(
+        &["triage"],
+        &command_backend(&format!("sleep 4; {}", follows("the report"))),
+    );
+    p.file(
+        "workflow.star",
+        "triage = skill(name = \"triage\", runbook = \"runbooks/triage\", timeout = \"6s\")\nworkflow([triage])\n",
+    );
+    bundle(&p, "triage", &contract("triage", EVERY_EFFECT, true, false));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let row = p.row("triage");
+    assert_eq!(
+        row["note"], "timed out: the task ran past its 6s limit",
+        "{row}"
+    );
+    let stages = row["runbook"]["checkpoints"].as_array().unwrap();
+    assert_eq!(stages.len(), 2, "{row}");
+    assert_eq!(stages[0]["artifacts"][0]["sha256"], sha256(b"the plan"));
+    assert_eq!(
+        stages[1]["stage"], "report",
+        "the stage that was cut: {row}"
+    );
+    assert!(row["secs"].as_f64().unwrap() < 8.0, "{row}");
+}
