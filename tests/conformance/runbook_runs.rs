@@ -701,9 +701,9 @@ fn a_gate_is_answered_through_a_controller() {
 }
 
 // RFC-0002:C-HUMAN-DECISION, C-PLAYBOOK-RESUME for a gate: an engine killed while its gate is
-// open resumes by running the unsettled turn again; with the same evidence it reopens the same
-// request (same digest, same times: a resume never extends it), logged once, and settles on the
-// answer given while it was down.
+// open resumes with the gated stage's turn done (its kept artifacts put back, the turn not run
+// again); with the same evidence it reopens the same request (same digest, same times: a resume
+// never extends it), logged once, and settles on the answer given while it was down.
 #[test]
 fn a_resumed_run_settles_its_open_gate_on_the_answer_given_while_it_was_down() {
     let p = gated_pack();
@@ -732,6 +732,11 @@ fn a_resumed_run_settles_its_open_gate_on_the_answer_given_while_it_was_down() {
         assert_eq!(opens[1].body[field], opens[0].body[field], "{field}");
     }
     assert_eq!(openings(&p).len(), 1, "one request, logged once");
+    assert_eq!(
+        std::fs::read_to_string(p.probe().join("stages")).unwrap(),
+        "plan\nreport\n",
+        "the plan's turn was done before the kill and not run again"
+    );
     let row = p.row("triage");
     assert_eq!(row["status"], "pass", "{row}");
     let gate = &row["runbook"]["checkpoints"][0]["gate"];
