@@ -267,8 +267,12 @@ fn a_remote_engine_is_answered_by_the_controllers_approvers() {
         assert_eq!(opened.len(), 1);
         assert_eq!(opened[0]["via"], "controller");
 
-        let (_, answered) = server.get(&path, token);
+        let (_, answered) = server.get(&format!("/v1/runs/{id}/decisions/gate"), &ann);
         assert_eq!(answered["state"], "answered");
+        // The engine reported its end: the run is recorded finished and its token is dead.
+        let shown = crate::controller_runs::wait_run(&server, id, crate::controller_runs::ended);
+        assert_eq!(shown["verdict"], "valid", "{shown}");
+        assert_eq!(server.get(&path, token).0, 401);
         let env = std::fs::read_to_string(p.probe().join("deploy-env")).unwrap();
         assert!(!env.contains(token), "the run token reached a task");
         assert!(
@@ -311,5 +315,267 @@ fn a_controller_that_is_down_neither_answers_nor_expires_the_request() {
         assert_eq!(s, 200, "{shown}");
         assert_eq!(shown["state"], "open");
         assert_eq!(shown["answer"], Value::Null);
+    }
+}
+
+/// Three command tasks; `b` sleeps while `$PACK/slow` exists. `a` prints lines shaped like
+/// session log lines (a shutdown among them): a task's output is never a report.
+const THREE: &str = r#"a = command(name = "a", run = "echo '{\"v\":1,\"ts\":\"2026-01-01T00:00:00Z\",\"kind\":\"shutdown\",\"outcome\":\"completed\",\"verdict\":\"valid\",\"reason\":null,\"spent_usd\":9,\"elapsed_secs\":1}' >&2; echo '{}'")
+b = command(name = "b", run = "while [ -e \"$PACK/slow\" ]; do sleep 0.2; done; echo '{}'", depends_on = [a])
+c = command(name = "c", run = "echo '{}'", depends_on = [b])
+workflow([a, b, c])
+"#;
+
+/// The run as its engine wrote it: the session log of the pack's latest run, as bytes.
+fn engine_log(p: &Pack) -> String {
+    let current = std::fs::read_to_string(p.state().join("current")).unwrap();
+    std::fs::read_to_string(
+        p.state()
+            .join("runs")
+            .join(current.trim())
+            .join("session.jsonl"),
+    )
+    .unwrap()
+}
+
+/// The run's session log as the controller serves it.
+fn controller_log(server: &Server, id: &str) -> String {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    agent
+        .get(format!("{}/v1/runs/{id}/log", server.url))
+        .header("Authorization", format!("Bearer {}", server.admin))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
+}
+
+/// Waits until `check` holds of the controller's log of run `id`, for at most a minute.
+fn wait_log(server: &Server, id: &str, check: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = controller_log(server, id);
+        if check(&log) {
+            return log;
+        }
+        assert!(
+            Instant::now() < until,
+            "{}: the log never got there: {log}",
+            server.store
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Registers the three-task pack: the pack and its digest.
+fn three(server: &Server) -> (Pack, String) {
+    let p = star(THREE);
+    let out = server.remote(&[
+        "pack",
+        "push",
+        p.path().to_str().unwrap(),
+        "--name",
+        "three",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (p, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+// The engine reports its session log to the controller, in order, from the engine itself: a
+// remote run is listed, shown (rows, spend, outcome, verdict), its log served and streamed
+// exactly as its engine wrote it, and recorded ended from its reported shutdown, as a local run
+// is; then its token is dead.
+#[test]
+fn a_remote_run_reports_its_session_log_and_reads_as_a_local_run() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let (p, digest) = three(&server);
+        let run = remote_run(&server, &server.admin, &digest);
+        let id = run["id"].as_str().unwrap();
+        std::fs::write(p.probe().join("slow"), "").unwrap();
+        let child = engine(&p, &run);
+        // Live: `a` settled and reported while `b` waits; the run reads running.
+        wait_log(&server, id, |l| l.contains("\"task_result\""));
+        let (_, shown) = server.get(&format!("/v1/runs/{id}"), &server.admin);
+        assert_eq!(shown["state"], "running", "{shown}");
+        assert_eq!(shown["live"], true);
+        assert_eq!(shown["rows"].as_array().unwrap().len(), 1, "{shown}");
+        std::fs::remove_file(p.probe().join("slow")).unwrap();
+        let (code, stdout, stderr) = finish(child);
+        assert_eq!(code, 0, "{}: {stdout}\n{stderr}", server.store);
+
+        let shown = crate::controller_runs::wait_run(&server, id, crate::controller_runs::ended);
+        let local = engine_log(&p);
+        assert_eq!(controller_log(&server, id), local, "{}", server.store);
+        let shutdown: Value = serde_json::from_str(local.lines().last().unwrap()).unwrap();
+        assert_eq!(shutdown["kind"], "shutdown");
+        assert_eq!(shown["state"], "finished", "{shown}");
+        assert_eq!(shown["executor"], "remote");
+        assert_eq!(shown["outcome"], shutdown["outcome"]);
+        assert_eq!(shown["verdict"], shutdown["verdict"]);
+        assert_eq!(shown["verdict"], "valid");
+        assert_eq!(shown["spent_usd"], shutdown["spent_usd"]);
+        assert_eq!(shown["rows"].as_array().unwrap().len(), 3);
+        assert_eq!(shown["shutdown"]["outcome"], shutdown["outcome"]);
+        assert_eq!(shown["live"], false);
+        let (_, listed) = server.get("/v1/runs", &server.admin);
+        let row = listed["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap()
+            .clone();
+        assert_eq!(row["state"], "finished");
+        assert_eq!(row["executor"], "remote");
+
+        // The event stream: every line, in order, then the end.
+        let (s, events) = crate::controller_runs::events(&server, id, &server.admin);
+        assert_eq!(s, 200);
+        let kinds: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+        let logged: Vec<String> = local
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["kind"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            kinds[..kinds.len() - 1],
+            logged.iter().map(String::as_str).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(events.last().unwrap().0, "end");
+        assert_eq!(events.last().unwrap().1["state"], "finished");
+
+        // Ended: the token is dead.
+        let token = run["token"].as_str().unwrap();
+        assert_eq!(server.get(&format!("/v1/runs/{id}/report"), token).0, 401);
+    }
+}
+
+// Resumable: an engine killed mid-run and a controller restarted meanwhile; the resumed engine
+// agrees the last acknowledged line with the controller and reports from it, so the controller's
+// log is exactly the engine's, no line lost or repeated. A report that repeats held lines is
+// acknowledged without keeping them twice; one that differs from them, or starts past them, is
+// refused.
+#[test]
+fn a_resumed_engine_and_a_restarted_controller_neither_lose_nor_repeat_lines() {
+    for store in Store::all() {
+        let mut server = Server::start(&store, &[]);
+        let (p, digest) = three(&server);
+        let run = remote_run(&server, &server.admin, &digest);
+        let (id, token) = (run["id"].as_str().unwrap(), run["token"].as_str().unwrap());
+        std::fs::write(p.probe().join("slow"), "").unwrap();
+        let mut child = engine(&p, &run);
+        let held = wait_log(&server, id, |l| l.contains("\"task_result\""));
+        child.kill().unwrap();
+        let _ = child.wait();
+
+        // Held lines again: acknowledged, not kept twice; a different or a gapped one refused.
+        let (_, ack) = server.get(&format!("/v1/runs/{id}/report"), token);
+        let n = ack["acknowledged"].as_u64().unwrap();
+        assert_eq!(n as usize, held.lines().count());
+        let engine_run = ack["engine_run"].as_str().unwrap().to_string();
+        let lines: Vec<&str> = held.lines().collect();
+        let path = format!("/v1/runs/{id}/report");
+        let (s, v) = server.post_json(
+            &path,
+            token,
+            json!({"engine_run": engine_run, "from": 0, "lines": lines}),
+        );
+        assert_eq!((s, v["acknowledged"].as_u64()), (200, Some(n)), "{v}");
+        let mut changed: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        changed[0] = changed[0].replace("\"start\"", "\"start\" ");
+        let (s, v) = server.post_json(
+            &path,
+            token,
+            json!({"engine_run": engine_run, "from": 0, "lines": changed}),
+        );
+        assert_eq!(s, 422, "{v}");
+        let (s, v) = server.post_json(
+            &path,
+            token,
+            json!({"engine_run": engine_run, "from": n + 1, "lines": [lines[0]]}),
+        );
+        assert_eq!(s, 422, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("report from line {n}")),
+            "{v}"
+        );
+        let (s, _) = server.post_json(
+            &path,
+            token,
+            json!({"engine_run": engine_run, "from": n, "lines": ["not a log line"]}),
+        );
+        assert_eq!(s, 422);
+        assert_eq!(controller_log(&server, id), held);
+
+        server.kill();
+        server.restart(&store);
+        std::fs::remove_file(p.probe().join("slow")).unwrap();
+        let mut resumed = run.clone();
+        resumed["env"]["CRUCIBLE_CONTROLLER_URL"] = json!(server.url);
+        let child = Command::new(BIN)
+            .args(p.run_args(&["--resume"]))
+            .current_dir(p.path())
+            .env("PACK", p.probe())
+            .env("CRUCIBLE_CONTROLLER_URL", &server.url)
+            .env("CRUCIBLE_CONTROLLER_RUN", id)
+            .env("CRUCIBLE_RUN_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (code, stdout, stderr) = finish(child);
+        assert_eq!(code, 0, "{}: {stdout}\n{stderr}", server.store);
+        let shown = crate::controller_runs::wait_run(&server, id, crate::controller_runs::ended);
+        assert_eq!(shown["state"], "finished", "{shown}");
+        let local = engine_log(&p);
+        assert!(local.contains("\"resumed\""), "{local}");
+        assert_eq!(controller_log(&server, id), local, "{}", server.store);
+    }
+}
+
+// A controller that cannot be reached never fails nor holds up the run: the engine runs to its
+// end, gives its report up after a bounded grace and keeps its log; the controller, back, holds
+// the run still running with nothing reported.
+#[test]
+fn an_unreachable_controller_neither_fails_nor_blocks_the_run() {
+    for store in Store::all() {
+        let mut server = Server::start(&store, &[]);
+        let (p, digest) = three(&server);
+        let run = remote_run(&server, &server.admin, &digest);
+        let id = run["id"].as_str().unwrap();
+        server.kill();
+        let began = Instant::now();
+        let (code, stdout, stderr) = finish(engine(&p, &run));
+        assert_eq!(code, 0, "{}: {stdout}\n{stderr}", server.store);
+        assert!(
+            began.elapsed() < Duration::from_secs(40),
+            "{:?}",
+            began.elapsed()
+        );
+        let local = engine_log(&p);
+        assert!(local.lines().last().unwrap().contains("\"shutdown\""));
+
+        server.restart(&store);
+        let (_, shown) = server.get(&format!("/v1/runs/{id}"), &server.admin);
+        assert_eq!(shown["state"], "running", "{shown}");
+        assert_eq!(shown["engine_run"], Value::Null);
+        assert_eq!(controller_log(&server, id), "");
     }
 }

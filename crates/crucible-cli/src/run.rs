@@ -163,18 +163,81 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         .build()
         .context("cannot start the runtime")?;
     let live = std::io::stdout().is_terminal();
-    let mut observer: Box<dyn Observer> = if live {
+    let inner: Box<dyn Observer> = if live {
         Box::new(Live::new(args.max_cost, max_secs, total, colour()))
     } else {
         Box::new(Plain)
+    };
+    let mut observer = Reporting {
+        inner,
+        link,
+        reporter: None,
     };
     let groups = req.groups.clone();
     let result = runtime.block_on(async {
         let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(watch_signals(stop_tx, groups));
-        crucible_engine::run(req, observer.as_mut(), stop_rx).await
+        crucible_engine::run(req, &mut observer, stop_rx).await
     });
+    let reporter = observer.reporter.take();
     drop(observer);
+    let code = exit_of(result);
+    // What the controller does not hold yet is reported for a grace after the run ended,
+    // then given up: the run's outcome is already decided and its log kept here.
+    if let Some(r) = reporter {
+        r.finish(REPORT_GRACE);
+    }
+    code
+}
+
+/// How long a linked run's last session log lines are reported for after the run ended.
+const REPORT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The observer of a run, and the reporter of its session log to the controller it is linked
+/// to, started once the engine names its run (`crucible_engine::link`).
+struct Reporting {
+    inner: Box<dyn Observer>,
+    link: Option<crucible_engine::link::Link>,
+    reporter: Option<crucible_engine::link::Reporter>,
+}
+
+impl Reporting {
+    fn wake(&self) {
+        if let Some(r) = &self.reporter {
+            r.wake();
+        }
+    }
+}
+
+impl Observer for Reporting {
+    fn run_started(&mut self, run_id: &str, run_dir: &std::path::Path) {
+        self.inner.run_started(run_id, run_dir);
+        if let Some(link) = self.link.take() {
+            self.reporter = Some(crucible_engine::link::Reporter::start(
+                link,
+                run_id.to_string(),
+                run_dir.join("session.jsonl"),
+            ));
+        }
+    }
+    fn task_started(&mut self, task: &str) {
+        self.inner.task_started(task);
+        self.wake();
+    }
+    fn task_settled(&mut self, row: &crucible_plan::wire::TaskResult) {
+        self.inner.task_settled(row);
+        self.wake();
+    }
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        self.inner.tick_interval()
+    }
+    fn tick(&mut self, spent_usd: f64, elapsed: std::time::Duration) {
+        self.inner.tick(spent_usd, elapsed);
+    }
+}
+
+/// The exit of a run, its summary printed.
+fn exit_of(result: Result<RunSummary, crucible_engine::RunError>) -> Result<ExitCode> {
     match result {
         Ok(summary) => {
             print_summary(&summary);

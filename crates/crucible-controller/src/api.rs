@@ -287,6 +287,13 @@ pub fn endpoints() -> Vec<Endpoint> {
             || get(link::acknowledged),
         ),
         op(
+            Post,
+            "/v1/runs/{id}/report",
+            "Report session log lines of a remote run (the run's token): `{\"engine_run\", \"from\", \"lines\"}`; answers how many the controller holds",
+            || post(link::report),
+        )
+        .body(Body::Json),
+        op(
             Get,
             "/v1/decisions",
             "The open decision requests the caller may answer (approvers of the run's team)",

@@ -61,6 +61,17 @@ pub(crate) enum Ended {
     Failed(String),
 }
 
+impl From<&crucible_plan::wire::Shutdown> for Ended {
+    /// A shutdown line a run's engine wrote: what its summary would have said.
+    fn from(s: &crucible_plan::wire::Shutdown) -> Ended {
+        Ended::Ran {
+            outcome: s.outcome.to_string(),
+            verdict: s.verdict.to_string(),
+            reason: s.reason.clone(),
+        }
+    }
+}
+
 impl From<Result<RunSummary, RunError>> for Ended {
     fn from(r: Result<RunSummary, RunError>) -> Ended {
         match r {
@@ -99,20 +110,7 @@ impl Executor {
                 Ok(result) => Ended::from(result),
                 Err(e) => Ended::Failed(format!("the engine failed: {e}")),
             };
-            // RFC-0002:C-ASKS: what the run proposed is decided before it is recorded ended, so
-            // a controller that dies between the two decides it on resumption (once: an ask
-            // is recorded per run and position, and decided only while proposed).
-            if let Err(e) = crate::asks::receive_from_run(&app, &id).await {
-                eprintln!("controller: the asks of run {id}: {e:#}");
-            }
-            // The end must be recorded, or the run would read `running` until a restart: a busy
-            // store (every connection taken) is waited out, not given up on.
-            let mut pause = std::time::Duration::from_millis(100);
-            while let Err(e) = record_end(&app.db, &id, &ended).await {
-                eprintln!("controller: recording the end of run {id} (retrying): {e:#}");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(5));
-            }
+            finish(&app, &id, &ended).await;
             app.executor.live.lock().expect("live runs").remove(&id);
         });
     }
@@ -132,6 +130,25 @@ impl Executor {
 
     pub fn is_live(&self, id: &str) -> bool {
         self.live.lock().expect("live runs").contains_key(id)
+    }
+}
+
+/// A run's engine ended (here, or elsewhere and reported its shutdown, `link`): what it asked is
+/// received, then it is recorded ended.
+pub(crate) async fn finish(app: &App, id: &str, ended: &Ended) {
+    // RFC-0002:C-ASKS: what the run proposed is decided before it is recorded ended, so a
+    // controller that dies between the two decides it on resumption (once: an ask is recorded
+    // per run and position, and decided only while proposed).
+    if let Err(e) = crate::asks::receive_from_run(app, id).await {
+        eprintln!("controller: the asks of run {id}: {e:#}");
+    }
+    // The end must be recorded, or the run would read `running` until a restart: a busy store
+    // (every connection taken) is waited out, not given up on.
+    let mut pause = std::time::Duration::from_millis(100);
+    while let Err(e) = record_end(&app.db, id, ended).await {
+        eprintln!("controller: recording the end of run {id} (retrying): {e:#}");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(5));
     }
 }
 

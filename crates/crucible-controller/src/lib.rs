@@ -231,6 +231,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
     ready(bound, db::describe(&url), bootstrapped);
     // RFC-0002:C-PLAYBOOK-RESUME: the runs a controller that stopped was executing go on.
     executor::resume_all(&app).await?;
+    link::settle_all(&app).await?;
     // Issue 17: runs on Kubernetes targets are watched again (never created twice).
     dispatch::resume_all(&app).await?;
     if !app.clock.is_test() {

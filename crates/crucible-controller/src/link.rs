@@ -257,3 +257,185 @@ pub(crate) async fn stop(app: &App, caller: &Caller, id: &str) -> ApiResult<bool
     }
     Ok(done.rows_affected() == 1)
 }
+
+/// The most lines one report may carry.
+const MAX_REPORT_LINES: usize = 1000;
+/// The most bytes one report may carry.
+const MAX_REPORT_BYTES: usize = 8 << 20;
+
+/// Held while a report is appended: one run's lines never interleave, and two engines (a pod
+/// and its replacement) cannot both append at one position.
+static APPENDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A report as the engine sends it: lines of its session log from line `from` (0-based).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Report {
+    engine_run: String,
+    from: u64,
+    lines: Vec<String>,
+}
+
+/// `POST /v1/runs/{id}/report` (the run's token): the engine reports lines of its session log
+/// from line `from`. Each line is decoded by the session log's own decoder before anything is
+/// kept; lines the controller already holds (a report whose answer was lost, sent again) must
+/// be the same and are not kept twice; a report starting past what is held is refused, naming
+/// it. The lines are kept where a local run's engine writes its log, so every run endpoint reads
+/// a remote run as it reads a local one; once a shutdown line is held, the run is recorded ended
+/// from it, as a local run is from its engine's summary. Answers `{run, engine_run,
+/// acknowledged}`.
+pub async fn report(
+    State(app): State<App>,
+    engine: RunCaller,
+    Path(id): Path<String>,
+    body: axum::body::Body,
+) -> ApiResult<Json<Value>> {
+    engine.only(&id)?;
+    let bytes = axum::body::to_bytes(body, MAX_REPORT_BYTES)
+        .await
+        .map_err(|e| {
+            ApiError::TooLarge(format!(
+                "the report (at most {MAX_REPORT_BYTES} bytes): {e}"
+            ))
+        })?;
+    let report: Report = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("the report is not well-formed: {e}")))?;
+    if report.lines.len() > MAX_REPORT_LINES {
+        return Err(ApiError::TooLarge(format!(
+            "a report carries at most {MAX_REPORT_LINES} lines"
+        )));
+    }
+    if !crucible_engine::state::is_run_id(&report.engine_run) {
+        return Err(ApiError::BadRequest("`engine_run` is not a run id".into()));
+    }
+    if report.lines.iter().any(|l| l.contains(['\n', '\r'])) {
+        return Err(ApiError::BadRequest(
+            "a reported line holds a line break".into(),
+        ));
+    }
+    let mut text = report.lines.join("\n");
+    text.push('\n');
+    let decoded = crucible_plan::wire::decode_log(if report.lines.is_empty() { "" } else { &text })
+        .map_err(|e| {
+            ApiError::Refused(format!("a reported line is not a session log line: {e}"))
+        })?;
+    let shutdown = decoded.iter().rev().find_map(|l| match &l.event {
+        crucible_plan::wire::Event::Shutdown(s) => Some(s.clone()),
+        _ => None,
+    });
+    let state = app.runs_dir().join(&id).join("state");
+    let acknowledged = {
+        let _held = APPENDING.lock().await;
+        let engine_run = report.engine_run.clone();
+        tokio::task::spawn_blocking(move || append(&state, &engine_run, report.from, &report.lines))
+            .await
+            .map_err(anyhow::Error::from)??
+    };
+    if let Some(s) = &shutdown {
+        crate::executor::finish(&app, &id, &crate::executor::Ended::from(s)).await;
+    }
+    Ok(Json(json!({
+        "run": id,
+        "engine_run": report.engine_run,
+        "acknowledged": acknowledged,
+    })))
+}
+
+/// Appends `lines` (line `from` on) to the session log of engine run `engine_run` under the
+/// run's `state`, skipping those already held (which must be identical), and syncs it: the
+/// number of lines held after. Only one engine run's log is held per run.
+fn append(
+    state: &std::path::Path,
+    engine_run: &str,
+    from: u64,
+    lines: &[String],
+) -> ApiResult<u64> {
+    use std::io::{Seek, Write};
+    if let Some(held) = crucible_engine::state::current(state) {
+        if held != engine_run {
+            return Err(ApiError::Refused(format!(
+                "the controller holds the log of engine run {held}, not of {engine_run}"
+            )));
+        }
+    }
+    let dir =
+        crucible_engine::state::create_run_dir(state, engine_run).map_err(anyhow::Error::from)?;
+    let path = dir.join("session.jsonl");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(anyhow::Error::from)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut bytes).map_err(anyhow::Error::from)?;
+    // A line a controller that died mid-append left unfinished is not held.
+    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if whole < bytes.len() {
+        f.set_len(whole as u64).map_err(anyhow::Error::from)?;
+        bytes.truncate(whole);
+    }
+    let held: Vec<&[u8]> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let count = held.len() as u64;
+    if from > count {
+        return Err(ApiError::Refused(format!(
+            "the controller holds {count} lines of the log: report from line {count}"
+        )));
+    }
+    let overlap = ((count - from) as usize).min(lines.len());
+    for (i, line) in lines[..overlap].iter().enumerate() {
+        if held[from as usize + i] != line.as_bytes() {
+            return Err(ApiError::Refused(format!(
+                "line {} differs from the one the controller holds",
+                from as usize + i
+            )));
+        }
+    }
+    let fresh = &lines[overlap..];
+    if !fresh.is_empty() {
+        f.seek(std::io::SeekFrom::End(0))
+            .map_err(anyhow::Error::from)?;
+        let mut out = Vec::new();
+        for l in fresh {
+            out.extend_from_slice(l.as_bytes());
+            out.push(b'\n');
+        }
+        f.write_all(&out).map_err(anyhow::Error::from)?;
+        f.sync_all().map_err(anyhow::Error::from)?;
+    }
+    if crucible_engine::state::current(state).is_none() {
+        crucible_engine::state::write_current(state, engine_run).map_err(anyhow::Error::from)?;
+    }
+    Ok(count + fresh.len() as u64)
+}
+
+/// At start: a remote run whose held log ends in a shutdown and that is still recorded
+/// `running` (the controller died between keeping the line and recording the end) is recorded
+/// ended from it.
+pub async fn settle_all(app: &App) -> anyhow::Result<()> {
+    let running: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM runs WHERE state = 'running' AND executor = $1")
+            .bind(REMOTE)
+            .fetch_all(&app.db)
+            .await?;
+    for id in running {
+        let Some(dir) = crate::runs::engine_dir(app, &id) else {
+            continue;
+        };
+        let shutdown = crucible_engine::state::read_log(&dir)
+            .into_iter()
+            .rev()
+            .find_map(|l| match l.event {
+                crucible_plan::wire::Event::Shutdown(s) => Some(s),
+                _ => None,
+            });
+        if let Some(s) = shutdown {
+            crate::executor::finish(app, &id, &crate::executor::Ended::from(&s)).await;
+        }
+    }
+    Ok(())
+}

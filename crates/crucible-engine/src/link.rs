@@ -7,6 +7,11 @@
 //! engine initiates. The token is one of the engine's own `CRUCIBLE_*` settings: no task
 //! receives it ([`crate::taskenv`]).
 
+use std::io::{BufRead, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
 /// The controller's base URL as the engine reaches it.
 pub const CONTROLLER_URL_ENV: &str = "CRUCIBLE_CONTROLLER_URL";
 /// The controller's id of the run.
@@ -78,6 +83,268 @@ impl Link {
     pub fn from_env() -> Result<Option<Link>, String> {
         Link::from_vars(|n| std::env::var(n).ok())
     }
+}
+
+/// The most lines one report carries.
+pub const MAX_BATCH_LINES: usize = 500;
+/// The most bytes of lines one report carries (a longer single line goes alone).
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Each report exchange's own deadline.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The pause after a failed exchange grows from this to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(250);
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+/// How often the log is looked at when nothing wakes the reporter.
+const LOOK: Duration = Duration::from_millis(500);
+/// Refusals in a row (other than a dead token) after which the reporter gives up.
+const MAX_REFUSALS: u32 = 3;
+
+enum Signal {
+    /// The log may have grown.
+    Wake,
+    /// The run ended: report what is left until this instant, then stop.
+    Finish(Instant),
+}
+
+/// Reports a linked run's session log to its controller (docs/controller.md, "Engines outside
+/// the controller"): on its own thread, from the engine's own log file (never from anything a
+/// task prints), in order, in bounded batches, from the line the controller says it holds, so a
+/// resumed engine or a restarted controller neither loses nor repeats a line. A controller that
+/// cannot be reached is retried with a growing pause; nothing here fails or waits on the run,
+/// and at the run's end what is left is reported for a grace, then given up quietly (the log
+/// stays in the state directory).
+pub struct Reporter {
+    signal: mpsc::Sender<Signal>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reporter {
+    /// Starts reporting `log`, the session log of the engine's run `engine_run`.
+    pub fn start(link: Link, engine_run: String, log: PathBuf) -> Reporter {
+        let (signal, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("crucible-report".into())
+            .spawn(move || {
+                Tail {
+                    link,
+                    engine_run,
+                    log,
+                    rx,
+                    deadline: None,
+                }
+                .run()
+            })
+            .ok();
+        Reporter { signal, thread }
+    }
+
+    /// The log may have grown: look now rather than at the next tick.
+    pub fn wake(&self) {
+        let _ = self.signal.send(Signal::Wake);
+    }
+
+    /// The run ended: reports what is left for at most `grace`, then returns.
+    pub fn finish(mut self, grace: Duration) {
+        let _ = self.signal.send(Signal::Finish(Instant::now() + grace));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The reporter's thread.
+struct Tail {
+    link: Link,
+    engine_run: String,
+    log: PathBuf,
+    rx: mpsc::Receiver<Signal>,
+    deadline: Option<Instant>,
+}
+
+/// How an exchange went.
+enum Sent {
+    /// The controller's acknowledged line count, and the engine run whose log it holds.
+    Held(u64, Option<String>),
+    /// The token is dead (the run ended or was stopped on the controller): nothing more to do.
+    Dead,
+    /// Refused for another reason: the acknowledged line is agreed again.
+    Refused,
+    /// Not reached, or a 429 or 5xx: tried again after a pause.
+    Transient,
+}
+
+impl Tail {
+    fn url(&self) -> String {
+        format!("{}/v1/runs/{}/report", self.link.url, self.link.run)
+    }
+
+    fn exchange(&self, body: Option<&serde_json::Value>) -> Sent {
+        let method = if body.is_some() { "POST" } else { "GET" };
+        let timeout = match self.deadline {
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(100), EXCHANGE_TIMEOUT),
+            None => EXCHANGE_TIMEOUT,
+        };
+        let a = match crucible_agent::http::send_json(
+            method,
+            &self.url(),
+            Some(&self.link.token),
+            body,
+            timeout,
+        ) {
+            Ok(a) => a,
+            Err(_) => return Sent::Transient,
+        };
+        match a.status {
+            200..=299 => {
+                let v: serde_json::Value = serde_json::from_str(&a.body).unwrap_or_default();
+                match v["acknowledged"].as_u64() {
+                    Some(n) => Sent::Held(n, v["engine_run"].as_str().map(str::to_string)),
+                    None => Sent::Refused,
+                }
+            }
+            401 => Sent::Dead,
+            429 | 500..=599 => Sent::Transient,
+            _ => Sent::Refused,
+        }
+    }
+
+    /// Waits up to `pause` (never past the deadline), taking signals; false once the deadline
+    /// has passed.
+    fn wait(&mut self, pause: Duration) -> bool {
+        let until = Instant::now() + pause;
+        loop {
+            let now = Instant::now();
+            if self.deadline.is_some_and(|d| now >= d) {
+                return false;
+            }
+            let end = self.deadline.map_or(until, |d| d.min(until));
+            if now >= end {
+                return true;
+            }
+            match self.rx.recv_timeout(end - now) {
+                Ok(Signal::Wake) => {
+                    if self.deadline.is_none() && pause == LOOK {
+                        return true;
+                    }
+                }
+                Ok(Signal::Finish(d)) => {
+                    self.deadline = Some(d);
+                    return true;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => return true,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // The engine is gone without finishing: report for a moment more.
+                    self.deadline
+                        .get_or_insert_with(|| Instant::now() + Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    fn run(mut self) {
+        let mut held: Option<(u64, Option<u64>)> = None; // (acknowledged lines, their byte end)
+        let (mut pause, mut refusals) = (FIRST_PAUSE, 0u32);
+        loop {
+            let (acked, end) = match held {
+                Some(h) => h,
+                None => match self.exchange(None) {
+                    Sent::Held(n, run) => {
+                        if run.is_some_and(|r| r != self.engine_run) {
+                            return; // the controller holds another engine run's log
+                        }
+                        held = Some((n, None));
+                        continue;
+                    }
+                    Sent::Dead | Sent::Refused => return,
+                    Sent::Transient => {
+                        if !self.wait(pause) {
+                            return;
+                        }
+                        pause = (pause * 2).min(MAX_PAUSE);
+                        continue;
+                    }
+                },
+            };
+            let (lines, next_end) = match read_lines(&self.log, acked, end) {
+                Some(r) => r,
+                None => return, // the controller holds more than the log has
+            };
+            if lines.is_empty() {
+                if self.deadline.is_some() || !self.wait(LOOK) {
+                    return;
+                }
+                held = Some((acked, Some(next_end)));
+                continue;
+            }
+            let body = serde_json::json!({
+                "engine_run": self.engine_run,
+                "from": acked,
+                "lines": lines,
+            });
+            match self.exchange(Some(&body)) {
+                Sent::Held(n, _) => {
+                    let whole = n == acked + lines.len() as u64;
+                    held = Some((n, whole.then_some(next_end)));
+                    (pause, refusals) = (FIRST_PAUSE, 0);
+                }
+                Sent::Dead => return,
+                Sent::Refused => {
+                    refusals += 1;
+                    if refusals >= MAX_REFUSALS {
+                        return;
+                    }
+                    held = None;
+                }
+                Sent::Transient => {
+                    if !self.wait(pause) {
+                        return;
+                    }
+                    pause = (pause * 2).min(MAX_PAUSE);
+                }
+            }
+        }
+    }
+}
+
+/// The complete lines of `log` after its first `skip` (which end at byte `end`, when known),
+/// as many as one report carries, and the byte where they end; `None` when the log has fewer
+/// than `skip` lines. A last line not yet ended by its newline is left for later.
+fn read_lines(log: &std::path::Path, skip: u64, end: Option<u64>) -> Option<(Vec<String>, u64)> {
+    let Ok(f) = std::fs::File::open(log) else {
+        return (skip == 0).then(|| (Vec::new(), 0));
+    };
+    let mut r = std::io::BufReader::new(f);
+    let mut at = 0u64;
+    let mut line = Vec::new();
+    match end {
+        Some(e) => at = r.seek(SeekFrom::Start(e)).ok()?,
+        None => {
+            for _ in 0..skip {
+                line.clear();
+                let n = r.read_until(b'\n', &mut line).ok()?;
+                if n == 0 || line.last() != Some(&b'\n') {
+                    return None;
+                }
+                at += n as u64;
+            }
+        }
+    }
+    let (mut lines, mut bytes) = (Vec::new(), 0usize);
+    while lines.len() < MAX_BATCH_LINES {
+        line.clear();
+        let n = r.read_until(b'\n', &mut line).ok()?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            break;
+        }
+        if !lines.is_empty() && bytes + n > MAX_BATCH_BYTES {
+            break;
+        }
+        lines.push(String::from_utf8_lossy(&line[..n - 1]).into_owned());
+        (bytes, at) = (bytes + n, at + n as u64);
+    }
+    Some((lines, at))
 }
 
 #[cfg(test)]
