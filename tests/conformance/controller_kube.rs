@@ -102,6 +102,12 @@ fn kind<'a>(docs: &'a [Value], kind: &str) -> Option<&'a Value> {
     docs.iter().find(|d| d["kind"] == kind)
 }
 
+/// The image volume of a pod's spec.
+fn image_volume(pod: &Value) -> &Value {
+    let volumes = pod["volumes"].as_array().unwrap();
+    volumes.iter().find_map(|v| v.get("image")).unwrap()
+}
+
 fn kinds(docs: &[Value]) -> Vec<&str> {
     docs.iter().map(|d| d["kind"].as_str().unwrap()).collect()
 }
@@ -197,12 +203,7 @@ fn kubernetes_render_configmap_or_image_volume_by_target_trust() {
         assert_eq!(kinds(&trusted), ["PersistentVolumeClaim", "Job"]);
         let pod = &kind(&trusted, "Job").unwrap()["spec"]["template"]["spec"];
         let host_repo = repo.trim_start_matches("http://");
-        let image = pod["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find_map(|v| v.get("image"))
-            .unwrap();
+        let image = image_volume(pod);
         assert_eq!(
             image["reference"],
             format!("{host_repo}@{manifest}").as_str()
@@ -338,6 +339,19 @@ fn objects_of(kube: &KubeDouble, id: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// `kubernetes-validate --strict` of the objects the double received.
+fn validate_sent(objects: &[(String, Value)]) {
+    let mut yaml = String::new();
+    for (_, o) in objects {
+        let mut o = o.clone();
+        // What the double added, as the API server would: not part of what was sent.
+        o["metadata"].as_object_mut().unwrap().remove("uid");
+        // JSON is YAML (and serde_yaml cannot write an arbitrary-precision number).
+        yaml.push_str(&format!("---\n{o}\n"));
+    }
+    validate(&yaml);
+}
+
 fn posts(kube: &KubeDouble) -> Vec<(String, String)> {
     kube.requests()
         .into_iter()
@@ -434,15 +448,7 @@ fn kubernetes_dispatch_creates_watches_stops_and_cleans_up() {
             .unwrap()
             .iter()
             .any(|v| v["configMap"]["name"] == by_kind("ConfigMap")["metadata"]["name"]));
-        let mut yaml = String::new();
-        for (_, o) in &objects {
-            let mut o = o.clone();
-            // What the double added, as the API server would: not part of what was sent.
-            o["metadata"].as_object_mut().unwrap().remove("uid");
-            // JSON is YAML (and serde_yaml cannot write an arbitrary-precision number).
-            yaml.push_str(&format!("---\n{o}\n"));
-        }
-        validate(&yaml);
+        validate_sent(&objects);
         let (_, run) = server.get(&format!("/v1/runs/{id}"), &server.admin);
         assert_eq!(run["state"], "running", "{run}");
 
@@ -567,5 +573,149 @@ fn kubernetes_dispatch_creates_watches_stops_and_cleans_up() {
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
         assert_eq!(posts(&kube).len(), before, "nothing created");
+    }
+}
+
+// Issue 17, RFC-0002:C-PACK-PUBLISH — a target is registry-trusted when the operator's file says
+// so or a platform admin marks it: the mark (and its removal) is audited, persisted across a
+// restart, refused to anyone else (an admin of another team included), and refused for a
+// target whose trust the file sets. The same launch renders and dispatches differently on
+// either side of the mark: unmarked, the pack goes as a ConfigMap and the pod gets no pull
+// secret; marked, the published pack is an image volume of its manifest digest with the
+// target's pull secret, and no ConfigMap is created.
+#[test]
+fn kubernetes_trust_marked_by_an_admin_changes_render_and_dispatch() {
+    for store in Store::all() {
+        let Some(registry) = Registry::start() else {
+            return;
+        };
+        let kube = KubeDouble::start("s3cret");
+        let dir = tempfile::tempdir().unwrap();
+        let config = kube.kubeconfig(dir.path(), "s3cret");
+        let targets = dir.path().join("targets.toml");
+        let common = format!(
+            "context = \"mock\"\nnamespace = \"crucible-runs\"\nimage = \"ghcr.io/example/crucible:0.1\"\n\
+             image_volumes = true\npull_secret = \"pack-pull\"\nkubeconfig = \"{}\"\n\
+             controller_url = \"http://crucible.example:8870\"\n",
+            config.display()
+        );
+        std::fs::write(
+            &targets,
+            format!(
+                "[[target]]\nname = \"marked\"\n{common}\n\
+                 [[target]]\nname = \"fixed\"\nregistry_trusted = false\n{common}"
+            ),
+        )
+        .unwrap();
+        let repo = registry.repo();
+        let args = ["--registry", &repo, "--targets", targets.to_str().unwrap()];
+        let mut server = Server::start(&store, &args);
+        let tar = tar_of(&[file("crucible.toml", PLAYBOOK)]);
+        let (s, v) = server.call(
+            "POST",
+            "/v1/packs?name=k&team=platform",
+            &server.admin,
+            Some(&tar),
+        );
+        assert_eq!(s, 200, "{v}");
+        let (pack, digest) = (v["id"].as_str().unwrap(), v["digest"].as_str().unwrap());
+        let published = publication(&server, pack, 1, "published");
+        let manifest = published["manifest_digest"].as_str().unwrap();
+        let reference = format!("{}@{manifest}", repo.trim_start_matches("http://"));
+        let trust = |server: &Server| {
+            let (_, settings) = server.get("/v1/settings", &server.admin);
+            let marked = settings["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == "marked")
+                .unwrap()
+                .clone();
+            (
+                marked["registry_trusted"].clone(),
+                marked["trust_set_by"].clone(),
+            )
+        };
+        let mark = |server: &Server, token: &str, name: &str, on: bool| {
+            server.post_json(
+                &format!("/v1/targets/{name}/trust"),
+                token,
+                json!({ "registry_trusted": on }),
+            )
+        };
+
+        // Unmarked: not trusted, the pack as a ConfigMap, no pull secret.
+        assert_eq!(trust(&server), (json!(false), json!("default")));
+        let (docs, _) = render(&server, digest, "marked");
+        assert_eq!(kinds(&docs), ["ConfigMap", "PersistentVolumeClaim", "Job"]);
+        let pod = &kind(&docs, "Job").unwrap()["spec"]["template"]["spec"];
+        assert_eq!(pod["imagePullSecrets"], Value::Null);
+
+        // The operator's file is authoritative for what it sets.
+        let (s, v) = mark(&server, &server.admin, "fixed", true);
+        assert_eq!(s, 422, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("targets file"), "{v}");
+
+        // Marked by a platform admin, audited, kept across a restart.
+        let (s, v) = mark(&server, &server.admin, "marked", true);
+        assert_eq!(s, 200, "{v}");
+        server.restart_with(&store, &args);
+        assert_eq!(trust(&server), (json!(true), json!("admin")));
+        let (_, audit) = server.get("/v1/audit", &server.admin);
+        let entries = audit["entries"].as_array().unwrap();
+        let marks: Vec<&Value> = entries
+            .iter()
+            .filter(|e| e["action"] == "target.trust")
+            .collect();
+        assert_eq!(marks.len(), 1, "{audit}");
+        assert_eq!(marks[0]["subject"], "admin");
+        assert_eq!(marks[0]["target"], "target:marked");
+        assert_eq!(marks[0]["detail"], "registry-trusted");
+
+        let (docs, _) = render(&server, digest, "marked");
+        assert_eq!(kinds(&docs), ["PersistentVolumeClaim", "Job"]);
+        let pod = &kind(&docs, "Job").unwrap()["spec"]["template"]["spec"];
+        assert_eq!(pod["imagePullSecrets"][0]["name"], "pack-pull");
+
+        // Dispatched on the marked target: an image volume, no ConfigMap created.
+        let id = launch_on(&server, digest, "marked");
+        job_of(&kube, &id);
+        let objects = objects_of(&kube, &id);
+        let mut made: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+        made.sort();
+        assert_eq!(
+            made,
+            ["Job", "PersistentVolumeClaim", "Secret"],
+            "{}",
+            server.store
+        );
+        let job = &objects.iter().find(|(k, _)| k == "Job").unwrap().1;
+        let pod = &job["spec"]["template"]["spec"];
+        let image = image_volume(pod);
+        assert_eq!(image["reference"], reference.as_str());
+        assert_eq!(pod["imagePullSecrets"][0]["name"], "pack-pull");
+        validate_sent(&objects);
+        let (s, v) = server.call("POST", &format!("/v1/runs/{id}/stop"), &server.admin, None);
+        assert_eq!(s, 200, "{v}");
+
+        // Unmarked again: a ConfigMap again, for render and dispatch alike.
+        let (s, v) = mark(&server, &server.admin, "marked", false);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(trust(&server), (json!(false), json!("admin")));
+        let (docs, _) = render(&server, digest, "marked");
+        assert_eq!(kinds(&docs), ["ConfigMap", "PersistentVolumeClaim", "Job"]);
+        let id = launch_on(&server, digest, "marked");
+        job_of(&kube, &id);
+        assert!(
+            objects_of(&kube, &id).iter().any(|(k, _)| k == "ConfigMap"),
+            "{}",
+            server.store
+        );
+
+        // Nobody but a platform admin marks: an admin of another team is refused.
+        let other = server.team_with_user("other", "olga", "admin");
+        let (s, v) = mark(&server, &other, "marked", true);
+        assert_eq!(s, 403, "{v}");
+        assert_eq!(trust(&server), (json!(false), json!("admin")));
     }
 }

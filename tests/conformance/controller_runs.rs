@@ -533,6 +533,7 @@ fn the_openapi_document_lists_every_route() {
         let concrete = path
             .replace("{id}", "01900000-0000-7000-8000-000000000000")
             .replace("{team}", "nosuch")
+            .replace("{name}", "nosuch")
             .replace("{task}", "a");
         for method in item.as_object().unwrap().keys() {
             let url = format!("{}{concrete}", server.url);

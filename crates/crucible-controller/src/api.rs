@@ -135,6 +135,13 @@ pub fn endpoints() -> Vec<Endpoint> {
         op(Get, "/v1/settings", "The limits in force, the delivery budget among them", || {
             get(crate::settings)
         }),
+        op(
+            Post,
+            "/v1/targets/{name}/trust",
+            "Mark or unmark a Kubernetes target registry-trusted (platform admins; audited); `{\"registry_trusted\": BOOL}`; refused for a target whose trust the operator's targets file sets",
+            || post(kube::mark_trust),
+        )
+        .body(Body::Json),
         op(Get, "/v1/whoami", "The caller: its teams and roles", || {
             get(identity::whoami)
         }),

@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "dispatch",
         include_str!("../migrations/0012_dispatch.sql"),
     ),
+    (
+        14,
+        "target_trust",
+        include_str!("../migrations/0014_target_trust.sql"),
+    ),
 ];
 
 /// Every column that records a pack tree's digest (RFC-0002:C-PACK-BASE): a stored tree is

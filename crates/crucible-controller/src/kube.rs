@@ -43,10 +43,11 @@ pub struct Target {
     /// The image whose `crucible` runs the Job (it needs `sh` and `tar` for ConfigMap
     /// delivery).
     pub image: String,
-    /// Registry-trusted: may pull packs from the pack registry. Only the operator's file
-    /// (the platform administrators') sets it.
+    /// Registry-trusted: may pull packs from the pack registry. Set here (the operator's file,
+    /// the platform administrators'), it is authoritative; left out, a platform admin may mark
+    /// the target through the API (`trust`), and unmarked it is not trusted.
     #[serde(default)]
-    pub registry_trusted: bool,
+    pub registry_trusted: Option<bool>,
     /// The cluster mounts OCI artifacts as image volumes (Kubernetes 1.33+ with ImageVolume).
     #[serde(default)]
     pub image_volumes: bool,
@@ -121,17 +122,101 @@ pub fn load_targets(path: &std::path::Path) -> anyhow::Result<Vec<Target>> {
     Ok(file.target)
 }
 
-/// The targets as `GET /v1/settings` lists them: `local`, then each configured one.
-pub fn targets_json(targets: &[Target]) -> Value {
+/// The targets as `GET /v1/settings` lists them: `local`, then each configured one, with its
+/// trust and who decides it (`operator`: the targets file; `admin`: a platform admin's mark;
+/// `default`: neither, not trusted).
+pub async fn targets_json(app: &App) -> ApiResult<Value> {
     let mut out = vec![json!({ "name": "local", "kind": "local" })];
-    out.extend(targets.iter().map(|t| {
-        json!({
+    for t in &app.config.targets {
+        let (trusted, by) = trust(app, t).await?;
+        out.push(json!({
             "name": t.name, "kind": "kubernetes", "context": t.context,
-            "namespace": t.namespace, "registry_trusted": t.registry_trusted,
+            "namespace": t.namespace, "registry_trusted": trusted, "trust_set_by": by,
             "image_volumes": t.image_volumes,
-        })
-    }));
-    Value::Array(out)
+        }));
+    }
+    Ok(Value::Array(out))
+}
+
+/// Whether `target` is registry-trusted (RFC-0002:C-PACK-PUBLISH), and who decided: the
+/// operator's file when it says, else a platform admin's last mark, else not.
+pub(crate) async fn trust(app: &App, target: &Target) -> ApiResult<(bool, &'static str)> {
+    if let Some(t) = target.registry_trusted {
+        return Ok((t, "operator"));
+    }
+    let marked: Option<i64> =
+        sqlx::query_scalar("SELECT trusted FROM target_trust WHERE name = $1")
+            .bind(&target.name)
+            .fetch_optional(&app.db)
+            .await?;
+    Ok(match marked {
+        Some(t) => (t != 0, "admin"),
+        None => (false, "default"),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustMark {
+    pub registry_trusted: bool,
+}
+
+/// `POST /v1/targets/{name}/trust` (platform admins; `{"registry_trusted": BOOL}`): marks or
+/// unmarks a target registry-trusted, audited as `target.trust`. A target whose trust the
+/// operator's file sets is refused: the file stays authoritative for what it sets.
+pub async fn mark_trust(
+    State(app): State<App>,
+    caller: Caller,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let mark: TrustMark = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the mark is not well-formed: {e}")))?;
+    if !caller.is_platform_admin() {
+        return Err(ApiError::Forbidden(
+            "marking a target registry-trusted is for the platform team `platform`'s admins".into(),
+        ));
+    }
+    let target = app
+        .config
+        .targets
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("target `{}`", name.escape_debug())))?;
+    if let Some(t) = target.registry_trusted {
+        return Err(ApiError::Refused(format!(
+            "the operator's targets file sets registry_trusted = {t} for `{name}`; only the file changes it"
+        )));
+    }
+    let mut tx = app.db.begin().await?;
+    sqlx::query(
+        "INSERT INTO target_trust (name, trusted, subject_id, updated_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (name) DO UPDATE SET trusted = excluded.trusted, \
+         subject_id = excluded.subject_id, updated_at = excluded.updated_at",
+    )
+    .bind(&name)
+    .bind(i64::from(mark.registry_trusted))
+    .bind(&caller.id)
+    .bind(crate::db::now_ms())
+    .execute(&mut *tx)
+    .await?;
+    let detail = if mark.registry_trusted {
+        "registry-trusted"
+    } else {
+        "not registry-trusted"
+    };
+    crate::audit::record(
+        &mut tx,
+        &caller.id,
+        "target.trust",
+        &format!("target:{name}"),
+        detail,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Json(json!({
+        "name": name, "registry_trusted": mark.registry_trusted, "trust_set_by": "admin",
+    })))
 }
 
 fn dns_label(s: &str) -> bool {
@@ -171,7 +256,7 @@ pub(crate) async fn image_reference(
     let Some(registry) = &app.config.registry else {
         return Ok(None);
     };
-    if !(target.registry_trusted && target.image_volumes) {
+    if !(target.image_volumes && trust(app, target).await?.0) {
         return Ok(None);
     }
     let published: Option<String> = sqlx::query_scalar(

@@ -164,16 +164,16 @@ pub fn admin_token_file(state_dir: &std::path::Path) -> PathBuf {
 pub(crate) async fn settings(
     State(app): State<App>,
     _caller: identity::Caller,
-) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
+) -> error::ApiResult<Json<serde_json::Value>> {
+    Ok(Json(serde_json::json!({
         "delivery_budget_bytes": app.config.delivery_budget_bytes,
         "max_upload_bytes": app.config.max_upload_bytes,
         "history_max_bytes": app.config.engine.history_max_bytes,
         "history_max_records": crucible_plan::ceilings::MAX_HISTORY,
         "test_clock": app.clock.is_test(),
-        "targets": kube::targets_json(&app.config.targets),
+        "targets": kube::targets_json(&app).await?,
         "asks": app.config.asks.describe(),
-    }))
+    })))
 }
 
 /// Opens the store (bootstrapping the admin on first start), binds, calls `ready` with the
