@@ -155,8 +155,9 @@ impl Registry {
         files.into_iter().map(|(p, (m, d))| (p, m, d)).collect()
     }
 
-    /// Puts a manifest that is not a crucible pack's under `tag`, as another publisher might.
-    fn put_foreign(&self, tag: &str, media_type: &str) -> String {
+    /// Puts a manifest that is not a crucible pack's under `tag`, as another publisher might:
+    /// no layers, its annotation claiming the pack digest `claims`.
+    fn put_foreign(&self, tag: &str, media_type: &str, claims: &str) -> String {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -188,7 +189,7 @@ impl Registry {
             "config": {"mediaType": config,
                        "digest": EMPTY_CONFIG_DIGEST, "size": 2},
             "layers": [],
-            "annotations": {"dev.crucible.pack.digest": "tree1:someone-else"}
+            "annotations": {"dev.crucible.pack.digest": claims}
         });
         let r = agent
             .put(format!("{base}/manifests/{tag}"))
@@ -238,13 +239,23 @@ enum Mode {
         status: u16,
         count: usize,
     },
+    /// Be a registry that authenticates by Bearer tokens (the distribution token protocol):
+    /// every request without the token is answered 401 with a `WWW-Authenticate: Bearer`
+    /// challenge naming `/token` here as the realm, which gives the token for the Basic
+    /// credentials `BEARER_USER` only.
+    Bearer,
 }
+
+const BEARER_USER: &str = "crucible:s3cret";
+const BEARER_TOKEN: &str = "issued-token-1";
 
 /// An HTTP proxy in front of the registry that fails requests on demand and counts them.
 struct Proxy {
     origin: String,
     mode: Arc<Mutex<Mode>>,
     requests: Arc<AtomicUsize>,
+    /// Tokens given in Bearer mode.
+    tokens: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -254,13 +265,14 @@ impl Proxy {
         let upstream = upstream.trim_start_matches("http://").to_string();
         let mode = Arc::new(Mutex::new(Mode::Pass));
         let requests = Arc::new(AtomicUsize::new(0));
-        let (m, n) = (mode.clone(), requests.clone());
+        let tokens = Arc::new(AtomicUsize::new(0));
+        let (m, n, t) = (mode.clone(), requests.clone(), tokens.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { return };
-                let (m, n, up) = (m.clone(), n.clone(), upstream.clone());
+                let (m, n, t, up) = (m.clone(), n.clone(), t.clone(), upstream.clone());
                 std::thread::spawn(move || {
-                    let _ = relay(conn, &up, &m, &n);
+                    let _ = relay(conn, &up, &m, &n, &t);
                 });
             }
         });
@@ -268,6 +280,7 @@ impl Proxy {
             origin,
             mode,
             requests,
+            tokens,
         }
     }
 
@@ -287,9 +300,10 @@ fn relay(
     upstream: &str,
     mode: &Mutex<Mode>,
     n: &AtomicUsize,
+    tokens: &AtomicUsize,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
-    let mut head = Vec::new();
+    let mut head: Vec<String> = Vec::new();
     let mut length = 0usize;
     loop {
         let mut line = String::new();
@@ -310,6 +324,21 @@ fn relay(
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
     n.fetch_add(1, Ordering::SeqCst);
+    if matches!(*mode.lock().unwrap(), Mode::Bearer) {
+        match bearer(&head, tokens) {
+            Some((status, extra, text)) => {
+                write!(
+                    conn,
+                    "HTTP/1.1 {status} Auth\r\nContent-Type: application/json\r\n{extra}\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                )?;
+                return Ok(());
+            }
+            // Authorized: relayed without the token (the registry behind wants none).
+            None => head.retain(|l| !l.to_ascii_lowercase().starts_with("authorization:")),
+        }
+    }
     let fail = {
         let mut m = mode.lock().unwrap();
         match *m {
@@ -344,6 +373,45 @@ fn relay(
     up.read_to_end(&mut answer)?;
     conn.write_all(&answer)?;
     Ok(())
+}
+
+/// Bearer mode's answer to a request, when it is not relayed: the token endpoint's, or the
+/// challenge to a request without the token.
+fn bearer(head: &[String], tokens: &AtomicUsize) -> Option<(u16, String, String)> {
+    use base64::Engine;
+    let header = |name: &str| {
+        head.iter().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    let path = head.first()?.split_whitespace().nth(1)?.to_string();
+    let authorization = header("authorization");
+    if path.starts_with("/token?") {
+        let basic = base64::engine::general_purpose::STANDARD.encode(BEARER_USER);
+        let scoped = path.contains("service=crucible-test")
+            && path.contains("scope=repository%3Acrucible%2Fpacks%3Apull%2Cpush");
+        if authorization.as_deref() != Some(&format!("Basic {basic}")) || !scoped {
+            let text = r#"{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}"#;
+            return Some((401, String::new(), text.into()));
+        }
+        tokens.fetch_add(1, Ordering::SeqCst);
+        return Some((
+            200,
+            String::new(),
+            json!({ "token": BEARER_TOKEN }).to_string(),
+        ));
+    }
+    if authorization.as_deref() == Some(&format!("Bearer {BEARER_TOKEN}")) {
+        return None;
+    }
+    let realm = format!("http://{}/token", header("host")?);
+    let challenge = format!(
+        "WWW-Authenticate: Bearer realm=\"{realm}\",service=\"crucible-test\",\
+         scope=\"repository:crucible/packs:pull,push\"\r\n"
+    );
+    let text = r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#;
+    Some((401, challenge, text.into()))
 }
 
 /// Polls the pack's revision `rev` (1-based; 0 the last) until its publication state is
@@ -478,9 +546,15 @@ fn pack_publish_published_once_under_an_immutable_tag_and_reset_on_registry_chan
         assert_eq!(registry.manifest_of(&digest).1, manifest_digest);
 
         // A tag that names another manifest (an OCI one, or a Docker one a HEAD asking only for
-        // OCI manifests would not see) is refused, permanently; registration stands.
+        // OCI manifests would not see, or one whose annotation claims this very pack but whose
+        // layers are not its layers) is refused, permanently; registration stands.
         let mut conflicted = Vec::new();
-        for (n, media_type) in [MANIFEST, DOCKER_MANIFEST].into_iter().enumerate() {
+        let cases = [
+            (MANIFEST, false),
+            (DOCKER_MANIFEST, false),
+            (MANIFEST, true),
+        ];
+        for (n, (media_type, claims_it)) in cases.into_iter().enumerate() {
             let marker = format!("{}{n}", server.store);
             let q: &[(&str, &str)] = &[("crucible.toml", "[pack]\n"), ("q", &marker)];
             let dir = tempfile::tempdir().unwrap();
@@ -488,7 +562,13 @@ fn pack_publish_published_once_under_an_immutable_tag_and_reset_on_registry_chan
                 std::fs::write(dir.path().join(p), d).unwrap();
             }
             let q_digest = pack_digest(dir.path());
-            let foreign = registry.put_foreign(&q_digest.replace("tree1:", "tree1-"), media_type);
+            let claims = if claims_it {
+                q_digest.as_str()
+            } else {
+                "tree1:someone-else"
+            };
+            let tag = q_digest.replace("tree1:", "tree1-");
+            let foreign = registry.put_foreign(&tag, media_type, claims);
             let (q_pack, got) = register(&server, &format!("q{n}"), q);
             assert_eq!(got, q_digest);
             let failed = publication(&server, &q_pack, 1, "failed");
@@ -496,6 +576,11 @@ fn pack_publish_published_once_under_an_immutable_tag_and_reset_on_registry_chan
             assert!(
                 error.contains("never moved") && error.contains(&foreign),
                 "{media_type}: {failed}"
+            );
+            assert_eq!(
+                error.contains("whose layers are not this pack's"),
+                claims_it,
+                "{failed}"
             );
             assert_eq!(
                 registry.manifest_of(&q_digest).1,
@@ -794,4 +879,57 @@ fn pack_publish_same_pack_same_manifest_digest_on_any_store() {
         "{} and {}",
         source.store, target.store
     );
+}
+
+// RFC-0002:C-PACK-PUBLISH (registry credentials) — a registry that authenticates by Bearer
+// tokens (the distribution token protocol, played by the proxy in front of the real registry):
+// the controller answers the `WWW-Authenticate: Bearer` challenge by asking the realm it names
+// for a token (its service and scope, the credentials file's user and password as Basic) and
+// publishes with it; credentials the token endpoint refuses fail the publication permanently,
+// naming the 401, the registration kept.
+#[test]
+fn pack_publish_through_a_registry_that_wants_bearer_tokens() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    for store in Store::all() {
+        let proxy = Proxy::start(&registry.origin);
+        proxy.set(Mode::Bearer);
+        let dir = tempfile::tempdir().unwrap();
+        let (good, bad) = (dir.path().join("good"), dir.path().join("bad"));
+        std::fs::write(&good, format!("{BEARER_USER}\n")).unwrap();
+        std::fs::write(&bad, "crucible:wrong\n").unwrap();
+        let repo = format!("{}/crucible/packs", proxy.origin);
+        let good = [
+            "--registry",
+            &repo,
+            "--registry-credentials",
+            good.to_str().unwrap(),
+        ];
+        let mut server = Server::start(&store, &good);
+        let files = [("crucible.toml", "[pack]\n"), ("b", server.store)];
+        let (pack, digest) = register(&server, "b", &files);
+        let published = publication(&server, &pack, 1, "published");
+        assert!(
+            proxy.tokens.load(Ordering::SeqCst) >= 1,
+            "a token was asked for"
+        );
+        assert_eq!(
+            registry.manifest_of(&digest).1,
+            published["manifest_digest"].as_str().unwrap()
+        );
+
+        let bad = [
+            "--registry",
+            &repo,
+            "--registry-credentials",
+            bad.to_str().unwrap(),
+        ];
+        server.restart_with(&store, &bad);
+        let files = [("crucible.toml", "[pack]\n"), ("c", server.store)];
+        let (other, _) = register(&server, "c", &files);
+        let failed = publication(&server, &other, 1, "failed");
+        let error = failed["last_error"].as_str().unwrap();
+        assert!(error.contains("token") && error.contains("401"), "{failed}");
+    }
 }

@@ -259,24 +259,13 @@ pub fn layer(root: &std::path::Path, files: &[String]) -> std::io::Result<Vec<u8
 
 /// Publishes one digest, or records the tag that already names it.
 async fn publish_one(app: &App, repo: &Repository, d: &Due) -> oci::Result<Published> {
-    let tag = tag_of(&d.digest);
     let blocking = |f: Box<dyn FnOnce() -> oci::Result<Published> + Send>| async move {
         tokio::task::spawn_blocking(f)
             .await
             .unwrap_or_else(|e| Err(Failure::Transient(format!("publishing: {e}"))))
     };
-    let (r, t, digest, has_base) = (
-        repo.clone(),
-        tag.clone(),
-        d.digest.clone(),
-        d.base.is_some(),
-    );
-    let existing = blocking(Box::new(move || existing(&r, &t, &digest, has_base))).await;
-    match existing {
-        Err(Failure::Permanent(m)) if m.is_empty() => {}
-        other => return other,
-    }
-    // Layers are made while the tree store is held, so neither tree is collected meanwhile.
+    // Layers are made while the tree store is held, so neither tree is collected meanwhile;
+    // they are made before the tag is looked at, to compare with what an existing tag holds.
     let _trees = app.trees_in_use().await;
     let trees = app.trees_dir();
     let tree = tree_dir(&trees, &d.digest)
@@ -285,13 +274,14 @@ async fn publish_one(app: &App, repo: &Repository, d: &Due) -> oci::Result<Publi
     let held = crate::db::recorded_digests(&app.db)
         .await
         .map_err(|e| Failure::Transient(format!("reading the recorded digests: {e}")))?;
-    let base = d.base.as_ref().and_then(|(base, paths)| {
-        let dir = tree_dir(&trees, base).filter(|b| held.contains(base) && b.is_dir())?;
-        Some((
-            dir,
-            paths.iter().map(|p| p.path.clone()).collect::<Vec<_>>(),
-        ))
-    });
+    let overlay: Option<Vec<String>> = d
+        .base
+        .as_ref()
+        .map(|(_, paths)| paths.iter().map(|p| p.path.clone()).collect());
+    let base_dir = d
+        .base
+        .as_ref()
+        .and_then(|(base, _)| tree_dir(&trees, base).filter(|b| held.contains(base) && b.is_dir()));
     let (r, pack_digest) = (repo.clone(), d.digest.clone());
     blocking(Box::new(move || {
         let local = |e: std::io::Error| Failure::Transient(format!("reading the stored tree: {e}"));
@@ -300,13 +290,26 @@ async fn publish_one(app: &App, repo: &Repository, d: &Due) -> oci::Result<Publi
                 .map(|l| l.files)
                 .map_err(|e| Failure::Permanent(format!("the stored tree: {e}")))
         };
-        let layers = match &base {
-            Some((base_dir, overlay)) => vec![
+        let whole = || layer(&tree, &listed(&tree)?).map_err(local);
+        let layers = match (&base_dir, &overlay) {
+            (Some(base_dir), Some(overlay)) => vec![
                 layer(base_dir, &listed(base_dir)?).map_err(local)?,
                 layer(&tree, overlay).map_err(local)?,
             ],
-            None => vec![layer(&tree, &listed(&tree)?).map_err(local)?],
+            _ => vec![whole()?],
         };
+        let tag = tag_of(&pack_digest);
+        let forms = Forms {
+            now: &layers,
+            whole: &whole,
+            overlay: overlay
+                .as_ref()
+                .map(|o| layer(&tree, o).map_err(local))
+                .transpose()?,
+        };
+        if let Some(p) = existing(&r, &tag, &pack_digest, &forms)? {
+            return Ok(p);
+        }
         let mut config = Descriptor::of(oci::EMPTY_CONFIG_TYPE, oci::EMPTY_CONFIG);
         config.data = Some("e30=".into());
         let manifest = Manifest {
@@ -329,22 +332,39 @@ async fn publish_one(app: &App, repo: &Repository, d: &Due) -> oci::Result<Publi
         for l in &layers {
             r.put_blob(l)?;
         }
-        let digest = r.put_manifest(&tag_of(&pack_digest), &bytes)?;
+        let digest = r.put_manifest(&tag, &bytes)?;
         Ok(Published {
             manifest: digest,
             layers: layers.len(),
-            base_layer_shared: has_base.then_some(base.is_some()),
+            base_layer_shared: overlay.is_some().then_some(base_dir.is_some()),
         })
     }))
     .await
 }
 
-/// The publication the tag already records, when it exists: this pack's (its manifest names
-/// this digest), recorded as it is; another's, a permanent conflict. `Permanent("")` when the
-/// tag does not exist yet.
-fn existing(repo: &Repository, tag: &str, digest: &str, has_base: bool) -> oci::Result<Published> {
+/// The layers this pack is published as: `now` (two, base and overlay, while a base is held;
+/// else one), the one-layer form (made on demand), and for a pack on a base its overlay layer.
+struct Forms<'a> {
+    now: &'a [Vec<u8>],
+    whole: &'a dyn Fn() -> oci::Result<Vec<u8>>,
+    overlay: Option<Vec<u8>>,
+}
+
+/// The publication the tag already records, when it exists and is this pack's: its manifest
+/// names this digest, has the empty config, and its layers are the ones this pack is published
+/// as (compared by digest: layer bytes are a function of the files). A tag naming anything
+/// else is a permanent conflict. `None` when the tag does not exist yet.
+///
+/// A two-layer manifest of a pack whose base is no longer held cannot have its base layer
+/// made again: its overlay layer is compared, and its base layer taken as the base's.
+fn existing(
+    repo: &Repository,
+    tag: &str,
+    digest: &str,
+    forms: &Forms,
+) -> oci::Result<Option<Published>> {
     let Some(manifest) = repo.manifest_digest(tag)? else {
-        return Err(Failure::Permanent(String::new()));
+        return Ok(None);
     };
     let bytes = repo.manifest(&manifest)?;
     let conflict = |why: &str| {
@@ -362,11 +382,30 @@ fn existing(repo: &Repository, tag: &str, digest: &str, has_base: bool) -> oci::
     {
         return Err(conflict("which is not this pack's"));
     }
-    Ok(Published {
+    let theirs: Vec<&str> = parsed.layers.iter().map(|l| l.digest.as_str()).collect();
+    let digests = |ls: &[Vec<u8>]| ls.iter().map(|l| oci::sha256(l)).collect::<Vec<_>>();
+    let same = |ours: Vec<String>| theirs.iter().copied().eq(ours.iter().map(String::as_str));
+    let layers_match = parsed.config.digest == oci::sha256(oci::EMPTY_CONFIG)
+        && parsed
+            .layers
+            .iter()
+            .all(|l| l.media_type == oci::LAYER_TYPE)
+        && (same(digests(forms.now))
+            || match (theirs.len(), &forms.overlay) {
+                (1, _) => same(digests(&[(forms.whole)()?])),
+                (2, Some(overlay)) if forms.now.len() == 1 => theirs[1] == oci::sha256(overlay),
+                _ => false,
+            });
+    if !layers_match {
+        return Err(conflict(
+            "which claims this pack but whose layers are not this pack's",
+        ));
+    }
+    Ok(Some(Published {
         manifest,
         layers: parsed.layers.len(),
-        base_layer_shared: has_base.then_some(parsed.layers.len() == 2),
-    })
+        base_layer_shared: forms.overlay.is_some().then_some(parsed.layers.len() == 2),
+    }))
 }
 
 /// A digest's publication state as the API returns it.
