@@ -656,11 +656,22 @@ fn kubernetes_trust_marked_by_an_admin_changes_render_and_dispatch() {
         assert_eq!(s, 422, "{v}");
         assert!(v["error"].as_str().unwrap().contains("targets file"), "{v}");
 
-        // Marked by a platform admin, audited, kept across a restart.
-        let (s, v) = mark(&server, &server.admin, "marked", true);
-        assert_eq!(s, 200, "{v}");
+        // Marked by a platform admin (`remote target trust`), audited, kept across a restart.
+        let out = server.remote(&["target", "trust", "marked"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         server.restart_with(&store, &args);
         assert_eq!(trust(&server), (json!(true), json!("admin")));
+        let out = server.remote(&["target", "list"]);
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            listed.contains("marked\tkubernetes\tregistry-trusted (admin)")
+                && listed.contains("fixed\tkubernetes\tnot registry-trusted (operator)"),
+            "{listed}"
+        );
         let (_, audit) = server.get("/v1/audit", &server.admin);
         let entries = audit["entries"].as_array().unwrap();
         let marks: Vec<&Value> = entries

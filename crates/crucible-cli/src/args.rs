@@ -189,6 +189,25 @@ pub enum RemoteCommand {
     /// Standing launches: a launch fired on a schedule or by hand, its runs a series.
     #[command(subcommand)]
     Standing(RemoteStandingCommand),
+    /// Dispatch targets: `local` and the Kubernetes targets, and their registry trust.
+    #[command(subcommand)]
+    Target(RemoteTargetCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteTargetCommand {
+    /// The targets: name, kind, whether registry-trusted and who decided it.
+    List,
+    /// Mark a Kubernetes target registry-trusted (platform admins; audited).
+    Trust(TargetArg),
+    /// Remove the mark: the target is not registry-trusted.
+    Untrust(TargetArg),
+}
+
+#[derive(Args, Debug)]
+pub struct TargetArg {
+    /// The target's name, as `remote target list` prints it.
+    pub name: String,
 }
 
 #[derive(Subcommand, Debug)]

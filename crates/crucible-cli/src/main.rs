@@ -65,6 +65,7 @@ fn main() -> ExitCode {
             RemoteCommand::Logs(a) => remote::logs(&r, a),
             RemoteCommand::Stop(a) => remote::stop(&r, a),
             RemoteCommand::Standing(c) => remote::standing(&r, c),
+            RemoteCommand::Target(c) => remote_pack::target(&r, c),
         },
     };
     match result {

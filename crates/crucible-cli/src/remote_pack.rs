@@ -2,7 +2,7 @@
 //! a digest's packs, their revisions with provenance and publication state; the registry
 //! settings read at start.
 
-use crate::args::{PackShowArgs, RemoteArgs, RemoteRenderArgs};
+use crate::args::{PackShowArgs, RemoteArgs, RemoteRenderArgs, RemoteTargetCommand};
 use anyhow::{Context, Result};
 use crucible_plan::terminal::escape;
 use serde_json::Value;
@@ -131,5 +131,37 @@ pub fn render(r: &RemoteArgs, a: &RemoteRenderArgs) -> Result<ExitCode> {
         escape(answer["delivery"].as_str().unwrap_or_default()),
     );
     print!("{}", answer["yaml"].as_str().unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crucible remote target list|trust|untrust`: the dispatch targets, and a platform admin's
+/// registry-trust mark (`POST /v1/targets/{name}/trust`, docs/kubernetes.md).
+pub fn target(r: &RemoteArgs, c: &RemoteTargetCommand) -> Result<ExitCode> {
+    let (name, on) = match c {
+        RemoteTargetCommand::List => {
+            let settings = crate::remote::call(r, "GET", "/v1/settings", None)?;
+            let text = |v: &Value| escape(v.as_str().unwrap_or("-")).into_owned();
+            for t in settings["targets"].as_array().into_iter().flatten() {
+                let trust = match t["registry_trusted"].as_bool() {
+                    Some(true) => format!("registry-trusted ({})", text(&t["trust_set_by"])),
+                    Some(false) => format!("not registry-trusted ({})", text(&t["trust_set_by"])),
+                    None => "-".into(),
+                };
+                println!("{}\t{}\t{trust}", text(&t["name"]), text(&t["kind"]));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        RemoteTargetCommand::Trust(a) => (&a.name, true),
+        RemoteTargetCommand::Untrust(a) => (&a.name, false),
+    };
+    let body = serde_json::json!({ "registry_trusted": on });
+    let path = format!("/v1/targets/{name}/trust");
+    crate::remote::call(r, "POST", &path, Some(&body))?;
+    let what = if on {
+        "registry-trusted"
+    } else {
+        "not registry-trusted"
+    };
+    eprintln!("target {} is {what}", escape(name));
     Ok(ExitCode::SUCCESS)
 }
