@@ -10,6 +10,7 @@ use crate::controller::{file, tar_of, Server, Store};
 use crate::controller_publish::{publication, Registry};
 use crate::controller_runs::{ended, launch, push, wait_run};
 use crate::kube_double::KubeDouble;
+use crate::support::BIN;
 use serde_json::{json, Value};
 use std::process::Command;
 
@@ -729,4 +730,76 @@ fn kubernetes_trust_marked_by_an_admin_changes_render_and_dispatch() {
         assert_eq!(s, 403, "{v}");
         assert_eq!(trust(&server), (json!(false), json!("admin")));
     }
+}
+
+// Issue 17 with the remote engine link — the dispatched Job's own command, run here as its pod
+// would run it (the pack unpacked from the ConfigMap the controller created, the state
+// directory empty, the environment the Job names: the controller's URL and run id, and the
+// token read from the run's Secret), reports its run to the controller, which records it
+// finished as the engine ended it (not failed) when the Job completes, then deletes the run's
+// objects.
+#[test]
+fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
+    use base64::Engine;
+    let store = Store::all().remove(0);
+    let kube = KubeDouble::start("s3cret");
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dispatch_targets(&kube, dir.path());
+    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let digest = push(&server, "k", PLAYBOOK);
+    let id = launch_on(&server, &digest, "shared");
+    let job_path = job_of(&kube, &id);
+    let objects = objects_of(&kube, &id);
+    let by_kind = |k: &str| &objects.iter().find(|(kind, _)| kind == k).unwrap().1;
+    let b64 = |v: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap()
+    };
+    let token = String::from_utf8(b64(&by_kind("Secret")["data"]["token"])).unwrap();
+    let archive = b64(&by_kind("ConfigMap")["binaryData"]["pack.tar.gz"]);
+    let (pack, state) = (dir.path().join("pack"), dir.path().join("state"));
+    tar::Archive::new(flate2::read::GzDecoder::new(&archive[..]))
+        .unpack(&pack)
+        .unwrap();
+    std::fs::create_dir(&state).unwrap();
+    let container = &by_kind("Job")["spec"]["template"]["spec"]["containers"][0];
+    let env = container["env"].as_array().unwrap();
+    let value = |n: &str| env.iter().find(|e| e["name"] == n).unwrap()["value"].clone();
+    assert_eq!(value("CRUCIBLE_CONTROLLER_RUN"), id.as_str());
+    // The Job's command as the pod runs it, `/pack` and `/state` being these directories and
+    // `crucible` this build; the controller reached at its loopback address.
+    let command: Vec<String> = container["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let c = c.as_str().unwrap();
+            c.replace("/pack", pack.to_str().unwrap())
+                .replace("/state", state.to_str().unwrap())
+        })
+        .collect();
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let out = Command::new(&command[0])
+        .args(&command[1..])
+        .env("PATH", path)
+        .env_remove("CRUCIBLE_DECISIONS_URL")
+        .env("CRUCIBLE_CONTROLLER_URL", &server.url)
+        .env("CRUCIBLE_CONTROLLER_RUN", &id)
+        .env("CRUCIBLE_RUN_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kube.set_job_condition(&job_path, "Complete", "Completed");
+    let run = wait_run(&server, &id, ended);
+    assert_eq!(run["state"], "finished", "{run}");
+    assert_eq!(run["verdict"], "valid", "{run}");
+    kube.wait("the finished run's objects deleted", |_| {
+        objects_of(&kube, &id).is_empty()
+    });
 }
