@@ -173,7 +173,9 @@ fn a_run_token_is_scoped_to_its_run_and_dies_with_it() {
         assert_eq!(shown["state"], "finished");
         assert_eq!(shown["outcome"], "stopped");
         assert_eq!(shown["live"], false);
-        assert_eq!(server.get(&report(a_id), a_token).0, 401);
+        // Its engine is told it was stopped (410, `stopped`), never by a plain 401.
+        let (s, v) = server.get(&report(a_id), a_token);
+        assert_eq!((s, &v["stopped"]), (410, &json!(true)), "{v}");
         assert_eq!(server.get(&report(b_id), b_token).0, 200);
 
         // A restart resumes local runs only: the remote one stays as it was, its token live.
@@ -577,5 +579,97 @@ fn an_unreachable_controller_neither_fails_nor_blocks_the_run() {
         assert_eq!(shown["state"], "running", "{shown}");
         assert_eq!(shown["engine_run"], Value::Null);
         assert_eq!(controller_log(&server, id), "");
+    }
+}
+
+/// The engine's last session log line: its shutdown.
+fn shutdown_of(p: &Pack) -> Value {
+    let log = engine_log(p);
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(last["kind"], "shutdown", "{log}");
+    last
+}
+
+// A run stopped on the controller stops its engine, which only the engine's own connections can
+// tell it: the decisions poll of a run waiting on a person, and the report exchange (asked every
+// few seconds even while the log is quiet) of a run whose task is busy, each answer 410
+// `stopped`, and the real `plan run` stops as on SIGTERM: the attempt in flight killed, the open
+// request withdrawn, the shutdown `stopped`, within seconds. A refused token (401) is no stop:
+// that run goes on to its end.
+#[test]
+fn a_remote_run_stopped_on_the_controller_stops_its_engine() {
+    for store in Store::all() {
+        let server = Server::start(&store, &[]);
+        let ann = server.member("platform", "ann", "approver");
+        let stop = |id: &str| {
+            let (s, v) = server.post_json(&format!("/v1/runs/{id}/stop"), &server.admin, json!({}));
+            assert_eq!(s, 200, "{}: {v}", server.store);
+        };
+
+        // Waiting on a human route: the decisions poll says so.
+        let (p, digest) = gated(&server, "gated", "60s");
+        let run = remote_run(&server, &server.admin, &digest);
+        let id = run["id"].as_str().unwrap();
+        let child = engine(&p, &run);
+        listed(&server, &ann, id);
+        let began = Instant::now();
+        stop(id);
+        let (code, stdout, stderr) = finish(child);
+        assert_eq!(code, 3, "{}: {stdout}\n{stderr}", server.store);
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            began.elapsed()
+        );
+        assert!(stderr.contains("stopped on the controller"), "{stderr}");
+        let s = shutdown_of(&p);
+        assert_eq!(
+            (s["outcome"].as_str(), s["verdict"].as_str()),
+            (Some("stopped"), Some("invalid")),
+            "{s}"
+        );
+        assert!(!p.has_row("gate") || p.row("gate")["status"] != "pass");
+        assert!(!p.has_row("deploy") && !p.has_row("hold"));
+        assert!(!p.probe().join("deploy-env").exists());
+        let (_, shown) = server.get(&format!("/v1/runs/{id}/decisions/gate"), &ann);
+        assert_eq!(shown["state"], "withdrawn", "{shown}");
+
+        // A busy task and a quiet log: the report exchange says so.
+        let (p, digest) = three(&server);
+        let run = remote_run(&server, &server.admin, &digest);
+        let id = run["id"].as_str().unwrap();
+        std::fs::write(p.probe().join("slow"), "").unwrap();
+        let child = engine(&p, &run);
+        wait_log(&server, id, |l| l.contains("\"task_result\""));
+        let began = Instant::now();
+        stop(id);
+        let (code, stdout, stderr) = finish(child);
+        assert_eq!(code, 3, "{}: {stdout}\n{stderr}", server.store);
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            began.elapsed()
+        );
+        assert!(stderr.contains("stopped on the controller"), "{stderr}");
+        assert_eq!(shutdown_of(&p)["outcome"], "stopped");
+        let b = p.row("b");
+        assert_eq!(b["status"], "fail", "{b}");
+        assert_eq!(b["note"], "stopped by the operator", "{b}");
+        assert!(!p.has_row("c"));
+        let (_, shown) = server.get(&format!("/v1/runs/{id}"), &server.admin);
+        assert_eq!(shown["outcome"], "stopped", "{shown}");
+
+        // A token the controller refuses (401) is not a stop: the run goes on to its end.
+        let (p, digest) = three(&server);
+        let mut run = remote_run(&server, &server.admin, &digest);
+        run["env"]["CRUCIBLE_RUN_TOKEN"] = json!("cru_not-a-token");
+        std::fs::write(p.probe().join("slow"), "").unwrap();
+        let child = engine(&p, &run);
+        std::thread::sleep(Duration::from_secs(2));
+        std::fs::remove_file(p.probe().join("slow")).unwrap();
+        let (code, stdout, stderr) = finish(child);
+        assert_eq!(code, 0, "{}: {stdout}\n{stderr}", server.store);
+        assert!(!stderr.contains("stopped on the controller"), "{stderr}");
+        assert_eq!(shutdown_of(&p)["outcome"], "finished");
     }
 }

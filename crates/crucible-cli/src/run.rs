@@ -174,8 +174,12 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         reporter: None,
     };
     let groups = req.groups.clone();
+    let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
+    if observer.link.is_some() {
+        // A stop on the controller the run is linked to stops it as SIGTERM does.
+        crucible_engine::link::stop_to(stop_tx.clone());
+    }
     let result = runtime.block_on(async {
-        let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(watch_signals(stop_tx, groups));
         crucible_engine::run(req, &mut observer, stop_rx).await
     });

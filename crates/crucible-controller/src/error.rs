@@ -22,6 +22,10 @@ pub enum ApiError {
     Refused(String),
     #[error("{0}")]
     TooLarge(String),
+    /// A run token whose run was stopped on the controller: its engine is told to stop
+    /// (docs/controller.md, "Engines outside the controller"), never by a plain 401.
+    #[error("{0}")]
+    Stopped(String),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -41,6 +45,13 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Stopped(_) => {
+                return (
+                    StatusCode::GONE,
+                    Json(serde_json::json!({ "error": self.to_string(), "stopped": true })),
+                )
+                    .into_response()
+            }
             ApiError::Internal(e) => {
                 // The detail stays on the operator's side: it may name paths or the database.
                 eprintln!("controller: internal error: {e:#}");

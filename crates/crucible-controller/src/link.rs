@@ -152,8 +152,9 @@ pub async fn create(
 }
 
 /// The engine of a remote run, authenticated by its run token: only while the run is recorded
-/// `running`. Any other bearer (an API token, another run's token, a dead one) is refused as
-/// unauthenticated.
+/// `running`. The token of a run recorded `stopped` is answered 410 `{"error", "stopped": true}`,
+/// which tells its engine to stop as on SIGTERM; any other bearer (an API token, another run's
+/// token, a dead one) is refused as unauthenticated.
 #[derive(Clone, Debug)]
 pub struct RunCaller {
     /// The controller's id of the run.
@@ -194,8 +195,24 @@ impl FromRequestParts<App> for RunCaller {
         .bind(REMOTE)
         .fetch_optional(&app.db)
         .await?;
-        let (run, team_id) = row.ok_or(ApiError::Unauthenticated)?;
-        Ok(RunCaller { run, team_id })
+        if let Some((run, team_id)) = row {
+            return Ok(RunCaller { run, team_id });
+        }
+        // The token of a run recorded stopped: its engine is told so, and stops.
+        let stopped: Option<String> = sqlx::query_scalar(
+            "SELECT r.id FROM run_tokens t JOIN runs r ON r.id = t.run_id \
+             WHERE t.hash = $1 AND r.executor = $2 AND r.state <> 'running' AND r.outcome = 'stopped'",
+        )
+        .bind(hash_token(token.trim()))
+        .bind(REMOTE)
+        .fetch_optional(&app.db)
+        .await?;
+        Err(match stopped {
+            Some(run) => ApiError::Stopped(format!(
+                "run {run} was stopped on the controller: stop the engine"
+            )),
+            None => ApiError::Unauthenticated,
+        })
     }
 }
 
@@ -229,8 +246,10 @@ fn held(app: &App, id: &str) -> (Option<String>, u64) {
 }
 
 /// Stops a remote run on the controller (`POST /v1/runs/{id}/stop` on one, editors): it is
-/// recorded ended (`stopped`), so its token dies and its engine can open no more decisions nor
-/// report more lines. The engine itself is its dispatcher's to stop (a Job is deleted).
+/// recorded ended (`stopped`), so its engine can open no more decisions nor report more lines,
+/// and its next report or decisions exchange (the reporter looks at least every few seconds) is
+/// answered "stopped", on which the engine stops as on SIGTERM. A dispatcher may also end it
+/// (a Job is deleted).
 pub(crate) async fn stop(app: &App, caller: &Caller, id: &str) -> ApiResult<bool> {
     let done = sqlx::query(
         "UPDATE runs SET state = 'finished', outcome = 'stopped', reason = $1, ended_at = $2 \

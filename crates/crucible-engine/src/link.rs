@@ -85,6 +85,33 @@ impl Link {
     }
 }
 
+/// Where a stop the controller asks for goes: the run's own stop channel, as SIGTERM's.
+static STOP: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<()>>> =
+    std::sync::Mutex::new(None);
+
+/// Delivers a stop the linked controller asks for (its run was stopped there) to `stop`, the
+/// channel the run's operator stops arrive on: the run then stops exactly as on SIGTERM.
+pub fn stop_to(stop: tokio::sync::mpsc::UnboundedSender<()>) {
+    *STOP.lock().unwrap_or_else(|e| e.into_inner()) = Some(stop);
+}
+
+/// Whether the controller's answer says the run was stopped there: HTTP 410 with `"stopped":
+/// true` in its body. A 401 (a token refused) never is.
+pub fn says_stopped(status: u16, body: &str) -> bool {
+    status == 410
+        && serde_json::from_str::<serde_json::Value>(body)
+            .is_ok_and(|v| v["stopped"] == serde_json::Value::Bool(true))
+}
+
+/// The controller says the run was stopped there: the run stops (once), as on SIGTERM.
+pub fn stopped_by_controller() {
+    let stop = STOP.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(stop) = stop {
+        eprintln!("stopping: the run was stopped on the controller");
+        let _ = stop.send(());
+    }
+}
+
 /// The most lines one report carries.
 pub const MAX_BATCH_LINES: usize = 500;
 /// The most bytes of lines one report carries (a longer single line goes alone).
@@ -96,6 +123,9 @@ const FIRST_PAUSE: Duration = Duration::from_millis(250);
 const MAX_PAUSE: Duration = Duration::from_secs(30);
 /// How often the log is looked at when nothing wakes the reporter.
 const LOOK: Duration = Duration::from_millis(500);
+/// How long the reporter goes without an exchange while the log does not grow: a stop on the
+/// controller reaches an engine whose tasks are quiet within about this.
+const HEARTBEAT: Duration = Duration::from_secs(3);
 /// Refusals in a row (other than a dead token) after which the reporter gives up.
 const MAX_REFUSALS: u32 = 3;
 
@@ -131,6 +161,7 @@ impl Reporter {
                     log,
                     rx,
                     deadline: None,
+                    last: Instant::now(),
                 }
                 .run()
             })
@@ -159,13 +190,16 @@ struct Tail {
     log: PathBuf,
     rx: mpsc::Receiver<Signal>,
     deadline: Option<Instant>,
+    /// When the last exchange was tried.
+    last: Instant,
 }
 
 /// How an exchange went.
 enum Sent {
     /// The controller's acknowledged line count, and the engine run whose log it holds.
     Held(u64, Option<String>),
-    /// The token is dead (the run ended or was stopped on the controller): nothing more to do.
+    /// The token is dead (the run ended, or was stopped on the controller, which stops the run
+    /// too): nothing more to do.
     Dead,
     /// Refused for another reason: the acknowledged line is agreed again.
     Refused,
@@ -178,7 +212,8 @@ impl Tail {
         format!("{}/v1/runs/{}/report", self.link.url, self.link.run)
     }
 
-    fn exchange(&self, body: Option<&serde_json::Value>) -> Sent {
+    fn exchange(&mut self, body: Option<&serde_json::Value>) -> Sent {
+        self.last = Instant::now();
         let method = if body.is_some() { "POST" } else { "GET" };
         let timeout = match self.deadline {
             Some(d) => d
@@ -205,6 +240,10 @@ impl Tail {
                 }
             }
             401 => Sent::Dead,
+            s if says_stopped(s, &a.body) => {
+                stopped_by_controller();
+                Sent::Dead
+            }
             429 | 500..=599 => Sent::Transient,
             _ => Sent::Refused,
         }
@@ -272,7 +311,16 @@ impl Tail {
                 None => return, // the controller holds more than the log has
             };
             if lines.is_empty() {
-                if self.deadline.is_some() || !self.wait(LOOK) {
+                if self.deadline.is_some() {
+                    return;
+                }
+                // Quiet: asked now and then all the same, so a stop on the controller is heard.
+                if self.last.elapsed() >= HEARTBEAT {
+                    if let Sent::Dead = self.exchange(None) {
+                        return;
+                    }
+                }
+                if !self.wait(LOOK) {
                     return;
                 }
                 held = Some((acked, Some(next_end)));

@@ -94,6 +94,14 @@ impl Controller {
                 "the controller answered HTTP {}",
                 a.status
             ))),
+            // The linked controller stopped the run: it stops as on SIGTERM, which withdraws
+            // this request; meanwhile the exchange reads as failed, never as a refusal.
+            s if self.run.is_some() && crate::link::says_stopped(s, &a.body) => {
+                crate::link::stopped_by_controller();
+                Err(DecideError::Transport(
+                    "the run was stopped on the controller".into(),
+                ))
+            }
             s => {
                 // The controller's reason, bounded: it reaches the route's note.
                 let said: String = a.body.trim().chars().take(500).collect();
