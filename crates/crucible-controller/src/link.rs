@@ -236,8 +236,9 @@ pub async fn acknowledged(
 fn held(app: &App, id: &str) -> (Option<String>, u64) {
     match crate::runs::engine_dir(app, id) {
         Some(dir) => {
-            let bytes = std::fs::read(dir.join("session.jsonl")).unwrap_or_default();
-            let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+            let lines = std::fs::File::open(dir.join("session.jsonl"))
+                .and_then(|f| held_lines(&dir.join("session.jsonl"), &f))
+                .map_or(0, |h| h.lines);
             let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
             (name, lines)
         }
@@ -387,36 +388,41 @@ fn append(
         .truncate(false)
         .open(&path)
         .map_err(anyhow::Error::from)?;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut f, &mut bytes).map_err(anyhow::Error::from)?;
+    let Held {
+        lines: count,
+        bytes,
+    } = held_lines(&path, &f).map_err(anyhow::Error::from)?;
     // A line a controller that died mid-append left unfinished is not held.
-    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    if whole < bytes.len() {
-        f.set_len(whole as u64).map_err(anyhow::Error::from)?;
-        bytes.truncate(whole);
+    if f.metadata().map_err(anyhow::Error::from)?.len() != bytes {
+        f.set_len(bytes).map_err(anyhow::Error::from)?;
+        remember(
+            &path,
+            Held {
+                lines: count,
+                bytes,
+            },
+        );
     }
-    let held: Vec<&[u8]> = bytes
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .collect();
-    let count = held.len() as u64;
     if from > count {
         return Err(ApiError::Refused(format!(
             "the controller holds {count} lines of the log: report from line {count}"
         )));
     }
     let overlap = ((count - from) as usize).min(lines.len());
-    for (i, line) in lines[..overlap].iter().enumerate() {
-        if held[from as usize + i] != line.as_bytes() {
-            return Err(ApiError::Refused(format!(
-                "line {} differs from the one the controller holds",
-                from as usize + i
-            )));
+    if overlap > 0 {
+        let held = last_lines(&mut f, bytes, count - from).map_err(anyhow::Error::from)?;
+        for (i, line) in lines[..overlap].iter().enumerate() {
+            if held[i] != line.as_bytes() {
+                return Err(ApiError::Refused(format!(
+                    "line {} differs from the one the controller holds",
+                    from as usize + i
+                )));
+            }
         }
     }
     let fresh = &lines[overlap..];
     if !fresh.is_empty() {
-        f.seek(std::io::SeekFrom::End(0))
+        f.seek(std::io::SeekFrom::Start(bytes))
             .map_err(anyhow::Error::from)?;
         let mut out = Vec::new();
         for l in fresh {
@@ -425,11 +431,99 @@ fn append(
         }
         f.write_all(&out).map_err(anyhow::Error::from)?;
         f.sync_all().map_err(anyhow::Error::from)?;
+        remember(
+            &path,
+            Held {
+                lines: count + fresh.len() as u64,
+                bytes: bytes + out.len() as u64,
+            },
+        );
     }
     if crucible_engine::state::current(state).is_none() {
         crucible_engine::state::write_current(state, engine_run).map_err(anyhow::Error::from)?;
     }
     Ok(count + fresh.len() as u64)
+}
+
+/// How much of a run's reported log the controller holds: complete lines, and the bytes they
+/// take (a half-written line after them is not held).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Held {
+    lines: u64,
+    bytes: u64,
+}
+
+/// What each reported log (by its path) was last known to hold, so a report costs in proportion
+/// to its own lines, not to the log: trusted only while the file's length is what it recorded,
+/// so anything else (a restart, a half-written line, a failed write) counts the file afresh.
+static KNOWN: std::sync::Mutex<Option<std::collections::HashMap<std::path::PathBuf, Held>>> =
+    std::sync::Mutex::new(None);
+
+fn remember(path: &std::path::Path, held: Held) {
+    KNOWN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(path.to_path_buf(), held);
+}
+
+/// What the log at `path` (open as `f`) holds: as last known when its length agrees, else
+/// counted from the file, once.
+fn held_lines(path: &std::path::Path, f: &std::fs::File) -> std::io::Result<Held> {
+    let len = f.metadata()?.len();
+    let known = KNOWN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(path).copied());
+    if let Some(h) = known.filter(|h| h.bytes == len) {
+        return Ok(h);
+    }
+    let mut r = std::io::BufReader::new(f);
+    let (mut lines, mut bytes, mut at) = (0u64, 0u64, 0u64);
+    loop {
+        let buf = std::io::BufRead::fill_buf(&mut r)?;
+        if buf.is_empty() {
+            break;
+        }
+        for (i, b) in buf.iter().enumerate() {
+            if *b == b'\n' {
+                lines += 1;
+                bytes = at + i as u64 + 1;
+            }
+        }
+        let n = buf.len();
+        at += n as u64;
+        std::io::BufRead::consume(&mut r, n);
+    }
+    let held = Held { lines, bytes };
+    if bytes == len {
+        remember(path, held);
+    }
+    Ok(held)
+}
+
+/// The last `n` complete lines of the first `end` bytes of `f` (which end in a line break),
+/// read backwards from `end`: in proportion to those lines, not to the file.
+fn last_lines(f: &mut std::fs::File, end: u64, n: u64) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::io::{Read, Seek};
+    const CHUNK: u64 = 64 << 10;
+    let mut tail: Vec<u8> = Vec::new();
+    let mut at = end;
+    // The lines' start: after the (n+1)-th line break from the end, or the file's start.
+    while at > 0 && tail.iter().filter(|b| **b == b'\n').count() as u64 <= n {
+        let take = CHUNK.min(at);
+        at -= take;
+        let mut chunk = vec![0u8; take as usize];
+        f.seek(std::io::SeekFrom::Start(at))?;
+        f.read_exact(&mut chunk)?;
+        chunk.extend_from_slice(&tail);
+        tail = chunk;
+    }
+    let mut lines: Vec<Vec<u8>> = tail.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    lines.pop(); // after the last line break
+    let skip = lines.len().saturating_sub(n as usize);
+    Ok(lines.split_off(skip))
 }
 
 /// At start: a remote run whose held log ends in a shutdown and that is still recorded
@@ -457,4 +551,106 @@ pub async fn settle_all(app: &App) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "0a1b2c3d-0000-4000-8000-000000000001";
+
+    fn log(state: &std::path::Path) -> String {
+        std::fs::read_to_string(state.join("runs").join(RUN).join("session.jsonl")).unwrap()
+    }
+
+    fn forget() {
+        *KNOWN.lock().unwrap() = None;
+    }
+
+    // A log of many batches: each appended where the last ended, lines sent again acknowledged
+    // and not kept twice (a differing one refused), and the same after the controller forgot
+    // what it knew (a restart) or a half-written line was left behind.
+    #[test]
+    fn a_log_of_many_batches_is_appended_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let line = |i: usize| format!("{{\"line\":{i}}}");
+        let mut expected = String::new();
+        let mut at = 0u64;
+        for batch in 0..300 {
+            let size = 1 + batch % 7;
+            let lines: Vec<String> = (at as usize..at as usize + size).map(line).collect();
+            // Every fifth batch repeats the batch before it in front (its answer was lost).
+            let (from, sent) = if batch % 5 == 4 && at >= 3 {
+                let again: Vec<String> = (at as usize - 3..at as usize).map(line).collect();
+                (at - 3, [again, lines.clone()].concat())
+            } else {
+                (at, lines.clone())
+            };
+            if batch == 150 {
+                forget();
+            }
+            let n = append(state, RUN, from, &sent).unwrap();
+            for l in &lines {
+                expected.push_str(l);
+                expected.push('\n');
+            }
+            at += size as u64;
+            assert_eq!(n, at, "batch {batch}");
+        }
+        assert_eq!(log(state), expected);
+
+        // A held line sent different, or a report past what is held: refused, nothing kept.
+        let err = append(state, RUN, at - 2, &[line(at as usize - 2), "{}".into()]).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("line {}", at - 1)),
+            "{err}"
+        );
+        let err = append(state, RUN, at + 1, &[line(0)]).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("report from line {at}")),
+            "{err}"
+        );
+        assert_eq!(log(state), expected);
+
+        // A half-written line left by a controller that died is not held, and is cut off.
+        let path = state.join("runs").join(RUN).join("session.jsonl");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"{\"half").unwrap();
+        forget();
+        assert_eq!(append(state, RUN, at, &[]).unwrap(), at);
+        assert_eq!(
+            append(state, RUN, at, &[line(at as usize)]).unwrap(),
+            at + 1
+        );
+        expected.push_str(&line(at as usize));
+        expected.push('\n');
+        assert_eq!(log(state), expected);
+
+        // Another engine run's log is refused.
+        let other = "0a1b2c3d-0000-4000-8000-000000000002";
+        assert!(append(state, other, 0, &[line(0)]).is_err());
+    }
+
+    #[test]
+    fn the_last_lines_are_read_back_from_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let long = "x".repeat(100_000);
+        let text = format!("a\n{long}\nb\nc\n");
+        std::fs::write(&path, &text).unwrap();
+        let mut f = std::fs::File::open(&path).unwrap();
+        let end = text.len() as u64;
+        let got = |f: &mut std::fs::File, n| last_lines(f, end, n).unwrap();
+        assert_eq!(got(&mut f, 1), vec![b"c".to_vec()]);
+        assert_eq!(
+            got(&mut f, 3),
+            vec![long.as_bytes().to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
+        assert_eq!(got(&mut f, 4).len(), 4);
+        assert_eq!(got(&mut f, 4)[0], b"a".to_vec());
+    }
 }
