@@ -732,24 +732,14 @@ fn kubernetes_trust_marked_by_an_admin_changes_render_and_dispatch() {
     }
 }
 
-// Issue 17 with the remote engine link — the dispatched Job's own command, run here as its pod
-// would run it (the pack unpacked from the ConfigMap the controller created, the state
-// directory empty, the environment the Job names: the controller's URL and run id, and the
-// token read from the run's Secret), reports its run to the controller, which records it
-// finished as the engine ended it (not failed) when the Job completes, then deletes the run's
-// objects.
-#[test]
-fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
+/// The Job of run `id` as its pod would run it, here: the pack unpacked from the ConfigMap the
+/// controller created into `dir/pack`, an empty `dir/state`, the Job's container command with
+/// `/pack` and `/state` being those directories and `crucible` this build, the environment the
+/// Job names (the run id) with the token read from the run's Secret, and the controller reached
+/// at its loopback address.
+fn as_pod(kube: &KubeDouble, server: &Server, id: &str, dir: &std::path::Path) -> Command {
     use base64::Engine;
-    let store = Store::all().remove(0);
-    let kube = KubeDouble::start("s3cret");
-    let dir = tempfile::tempdir().unwrap();
-    let targets = dispatch_targets(&kube, dir.path());
-    let server = Server::start(&store, &["--targets", targets.as_str()]);
-    let digest = push(&server, "k", PLAYBOOK);
-    let id = launch_on(&server, &digest, "shared");
-    let job_path = job_of(&kube, &id);
-    let objects = objects_of(&kube, &id);
+    let objects = objects_of(kube, id);
     let by_kind = |k: &str| &objects.iter().find(|(kind, _)| kind == k).unwrap().1;
     let b64 = |v: &Value| {
         base64::engine::general_purpose::STANDARD
@@ -758,7 +748,7 @@ fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
     };
     let token = String::from_utf8(b64(&by_kind("Secret")["data"]["token"])).unwrap();
     let archive = b64(&by_kind("ConfigMap")["binaryData"]["pack.tar.gz"]);
-    let (pack, state) = (dir.path().join("pack"), dir.path().join("state"));
+    let (pack, state) = (dir.join("pack"), dir.join("state"));
     tar::Archive::new(flate2::read::GzDecoder::new(&archive[..]))
         .unpack(&pack)
         .unwrap();
@@ -766,7 +756,7 @@ fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
     let container = &by_kind("Job")["spec"]["template"]["spec"]["containers"][0];
     let env = container["env"].as_array().unwrap();
     let value = |n: &str| env.iter().find(|e| e["name"] == n).unwrap()["value"].clone();
-    assert_eq!(value("CRUCIBLE_CONTROLLER_RUN"), id.as_str());
+    assert_eq!(value("CRUCIBLE_CONTROLLER_RUN"), id);
     // The Job's command as the pod runs it, `/pack` and `/state` being these directories and
     // `crucible` this build; the controller reached at its loopback address.
     let command: Vec<String> = container["command"]
@@ -781,15 +771,33 @@ fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
         .collect();
     let bin_dir = std::path::Path::new(BIN).parent().unwrap();
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
-    let out = Command::new(&command[0])
-        .args(&command[1..])
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..])
         .env("PATH", path)
         .env_remove("CRUCIBLE_DECISIONS_URL")
         .env("CRUCIBLE_CONTROLLER_URL", &server.url)
-        .env("CRUCIBLE_CONTROLLER_RUN", &id)
-        .env("CRUCIBLE_RUN_TOKEN", &token)
-        .output()
-        .unwrap();
+        .env("CRUCIBLE_CONTROLLER_RUN", id)
+        .env("CRUCIBLE_RUN_TOKEN", &token);
+    cmd
+}
+
+// Issue 17 with the remote engine link — the dispatched Job's own command, run here as its pod
+// would run it (the pack unpacked from the ConfigMap the controller created, the state
+// directory empty, the environment the Job names: the controller's URL and run id, and the
+// token read from the run's Secret), reports its run to the controller, which records it
+// finished as the engine ended it (not failed) when the Job completes, then deletes the run's
+// objects.
+#[test]
+fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
+    let store = Store::all().remove(0);
+    let kube = KubeDouble::start("s3cret");
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dispatch_targets(&kube, dir.path());
+    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let digest = push(&server, "k", PLAYBOOK);
+    let id = launch_on(&server, &digest, "shared");
+    let job_path = job_of(&kube, &id);
+    let out = as_pod(&kube, &server, &id, dir.path()).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -799,6 +807,94 @@ fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
     let run = wait_run(&server, &id, ended);
     assert_eq!(run["state"], "finished", "{run}");
     assert_eq!(run["verdict"], "valid", "{run}");
+    kube.wait("the finished run's objects deleted", |_| {
+        objects_of(&kube, &id).is_empty()
+    });
+}
+
+/// A human route between two commands: `deploy` runs when the person says yes.
+const GATED: &str = r#"scan = command(name = "scan", run = "echo '{}'")
+gate = route(name = "gate", depends_on = [scan], human = True, timeout = "120s", questions = {"go": noul(ask = "Deploy?")})
+deploy = command(name = "deploy", run = "echo {}", depends_on = [gate], when = gate.go, answers = "yes")
+hold = command(name = "hold", run = "echo {}", depends_on = [gate], when = gate.go, otherwise = True)
+workflow([scan, gate, deploy, hold])
+"#;
+
+// Issue 17 end to end, "the engine reporting to the controller by connections it initiates"
+// (RFC-0002:C-HUMAN-DECISION through a Kubernetes dispatch): a launch on a Kubernetes target,
+// the created Job's own command run as its pod would run it, its human route opened on the
+// controller by the engine's own requests and answered by an approver through the API, the
+// run's session log reported: the controller shows the run finished valid with the answer,
+// and the Job completed, deletes the run's objects.
+#[test]
+fn kubernetes_dispatched_job_asks_the_controllers_approvers() {
+    let store = Store::all().remove(0);
+    let kube = KubeDouble::start("s3cret");
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dispatch_targets(&kube, dir.path());
+    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let ann = server.member("platform", "ann", "approver");
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("crucible.toml"),
+        "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n",
+    )
+    .unwrap();
+    std::fs::write(src.path().join("workflow.star"), GATED).unwrap();
+    let out = server.remote(&[
+        "pack",
+        "push",
+        src.path().to_str().unwrap(),
+        "--name",
+        "gated",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let id = launch_on(&server, &digest, "shared");
+    let job_path = job_of(&kube, &id);
+    let child = as_pod(&kube, &server, &id, dir.path())
+        .env("CRUCIBLE_DECISIONS_POLL_MS", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let request = crate::controller_link::listed(&server, &ann, &id);
+    assert_eq!(request["route"], "gate");
+    let (s, v) = server.post_json(
+        &format!("/v1/runs/{id}/decisions/gate/answer"),
+        &ann,
+        json!({"digest": request["digest"], "answers": {"go": ["yes"]}, "note": "ship it"}),
+    );
+    assert_eq!(s, 200, "{v}");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kube.set_job_condition(&job_path, "Complete", "Completed");
+    let run = wait_run(&server, &id, ended);
+    assert_eq!(run["state"], "finished", "{run}");
+    assert_eq!(run["verdict"], "valid", "{run}");
+    let status = |task: &str| {
+        run["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["task"] == task)
+            .map(|r| r["status"].clone())
+    };
+    assert_eq!(status("gate"), Some(json!("pass")), "{run}");
+    assert_eq!(status("deploy"), Some(json!("pass")), "{run}");
+    assert_eq!(status("hold"), Some(json!("not_taken")), "{run}");
+    let (_, answered) = server.get(&format!("/v1/runs/{id}/decisions/gate"), &ann);
+    assert_eq!(answered["state"], "answered", "{answered}");
+    assert_eq!(answered["answer"]["principal"], "user:ann", "{answered}");
     kube.wait("the finished run's objects deleted", |_| {
         objects_of(&kube, &id).is_empty()
     });

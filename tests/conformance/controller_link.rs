@@ -67,7 +67,7 @@ fn engine(p: &Pack, run: &Value) -> Child {
 }
 
 /// The open request of run `id` as `approver` is listed it, within a minute.
-fn listed(server: &Server, approver: &str, id: &str) -> Value {
+pub(crate) fn listed(server: &Server, approver: &str, id: &str) -> Value {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         let (s, v) = server.get("/v1/decisions", approver);
