@@ -212,7 +212,7 @@ impl Server {
         self.call("POST", path, token, Some(body.to_string().as_bytes()))
     }
 
-    fn push_tar(&self, name: &str, team: &str, tar: &[u8], token: &str) -> (u16, Value) {
+    pub(crate) fn push_tar(&self, name: &str, team: &str, tar: &[u8], token: &str) -> (u16, Value) {
         self.call(
             "POST",
             &format!("/v1/packs?name={name}&team={team}"),

@@ -46,9 +46,19 @@ pub(crate) fn launch(server: &Server, token: &str, body: Value) -> (u16, Value) 
 
 /// Polls the run until `done` holds of it, for at most a minute.
 pub(crate) fn wait_run(server: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    wait_run_as(server, &server.admin, id, done)
+}
+
+/// The same, read as the subject holding `token` (a run of a team the admin is not in).
+pub(crate) fn wait_run_as(
+    server: &Server,
+    token: &str,
+    id: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
-        let (s, v) = server.get(&format!("/v1/runs/{id}"), &server.admin);
+        let (s, v) = server.get(&format!("/v1/runs/{id}"), token);
         assert_eq!(s, 200, "{}: {v}", server.store);
         if done(&v) {
             return v;

@@ -27,6 +27,7 @@ mod controller_link;
 mod controller_publish;
 mod controller_runs;
 mod controller_sandbox;
+mod controller_share;
 mod controller_standing;
 mod controller_ui;
 mod example_branching;

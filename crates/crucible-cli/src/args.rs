@@ -378,6 +378,23 @@ pub enum RemotePackCommand {
     Push(PushArgs),
     /// The packs you can read that record a digest: revisions, provenance, publication state.
     Show(PackShowArgs),
+    /// Share your team's pack recording a digest with another team, read-only: its members
+    /// read every revision and may launch it (admins of the pack's team).
+    Share(PackShareArgs),
+    /// Stop sharing it with that team: the pack is not found to it again.
+    Unshare(PackShareArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PackShareArgs {
+    /// A digest (`tree1:…`) one of your team's packs records, current or prior.
+    pub digest: String,
+    /// The team to share it with (or stop sharing it with).
+    #[arg(long)]
+    pub team: String,
+    /// The pack's id, when more than one of your teams' packs records the digest.
+    #[arg(long)]
+    pub pack: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -58,6 +58,8 @@ fn main() -> ExitCode {
         Command::Remote(r) => match &r.command {
             RemoteCommand::Pack(RemotePackCommand::Push(a)) => remote::pack_push(&r, a),
             RemoteCommand::Pack(RemotePackCommand::Show(a)) => remote_pack::show(&r, a),
+            RemoteCommand::Pack(RemotePackCommand::Share(a)) => remote_pack::share(&r, a, true),
+            RemoteCommand::Pack(RemotePackCommand::Unshare(a)) => remote_pack::share(&r, a, false),
             RemoteCommand::Draft(RemoteDraftCommand::Save(a)) => remote::draft_save(&r, a),
             RemoteCommand::Launch(a) => remote::launch(&r, a),
             RemoteCommand::Render(a) => remote_pack::render(&r, a),

@@ -2,7 +2,7 @@
 //! a digest's packs, their revisions with provenance and publication state; the registry
 //! settings read at start.
 
-use crate::args::{PackShowArgs, RemoteArgs, RemoteRenderArgs, RemoteTargetCommand};
+use crate::args::{PackShareArgs, PackShowArgs, RemoteArgs, RemoteRenderArgs, RemoteTargetCommand};
 use anyhow::{Context, Result};
 use crucible_plan::terminal::escape;
 use serde_json::Value;
@@ -163,5 +163,80 @@ pub fn target(r: &RemoteArgs, c: &RemoteTargetCommand) -> Result<ExitCode> {
         "not registry-trusted"
     };
     eprintln!("target {} is {what}", escape(name));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `remote pack share|unshare DIGEST --team T [--pack ID]`: the pack of your own teams that
+/// records the digest (the one `--pack` names when several do) shared with team `T`, or no
+/// more; prints the teams it is shared with after.
+pub fn share(r: &RemoteArgs, a: &PackShareArgs, share: bool) -> Result<ExitCode> {
+    let found = crate::remote::call(r, "GET", &format!("/v1/digests/{}", a.digest), None)?;
+    // `shared_with` is shown only to the pack's own team: a pack shared with you is not yours
+    // to share.
+    let owned: Vec<&Value> = found["packs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["shared_with"].is_array())
+        .filter(|p| a.pack.as_deref().is_none_or(|id| p["id"] == id))
+        .collect();
+    let id = match owned.as_slice() {
+        [one] => one["id"].as_str().unwrap_or_default().to_string(),
+        [] => anyhow::bail!(
+            "no pack of your teams records {}{}",
+            escape(&a.digest),
+            a.pack
+                .as_deref()
+                .map(|p| format!(" with id {}", escape(p)))
+                .unwrap_or_default()
+        ),
+        many => {
+            let names: Vec<String> = many
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}/{} ({})",
+                        escape(p["team"].as_str().unwrap_or_default()),
+                        escape(p["name"].as_str().unwrap_or_default()),
+                        escape(p["id"].as_str().unwrap_or_default())
+                    )
+                })
+                .collect();
+            anyhow::bail!(
+                "{} packs of your teams record {}: {}; name one with --pack ID",
+                many.len(),
+                escape(&a.digest),
+                names.join(", ")
+            )
+        }
+    };
+    let answer = if share {
+        let body = serde_json::json!({ "team": a.team });
+        crate::remote::call(r, "POST", &format!("/v1/packs/{id}/shares"), Some(&body))?
+    } else {
+        let path = format!("/v1/packs/{id}/shares/{}", a.team);
+        crate::remote::call(r, "DELETE", &path, None)?
+    };
+    let with: Vec<String> = answer["shared_with"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| escape(t.as_str().unwrap_or_default()).into_owned())
+        .collect();
+    let verb = match (share, answer["changed"].as_bool()) {
+        (true, Some(true)) => "shared with",
+        (true, _) => "was already shared with",
+        (false, Some(true)) => "no longer shared with",
+        (false, _) => "was not shared with",
+    };
+    eprintln!("pack {} {verb} team {}", escape(&id), escape(&a.team));
+    println!(
+        "shared with: {}",
+        if with.is_empty() {
+            "no team".to_string()
+        } else {
+            with.join(", ")
+        }
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -189,6 +189,19 @@ pub fn endpoints() -> Vec<Endpoint> {
             || delete(packs::delete),
         ),
         op(
+            Post,
+            "/v1/packs/{id}/shares",
+            "Share the pack, every revision, with another team read-only (admins of its team): its members read and may launch it; `{\"team\"}`",
+            || post(packs::share),
+        )
+        .body(Body::Json),
+        op(
+            Delete,
+            "/v1/packs/{id}/shares/{team}",
+            "Stop sharing the pack with a team (admins of its team): it is not found to that team again",
+            || delete(packs::unshare),
+        ),
+        op(
             Get,
             "/v1/packs/{id}/archive",
             "The gzipped tar a run of a revision is delivered",

@@ -103,6 +103,13 @@ pub(crate) async fn delete(
     };
     caller.team_for(team, Role::Editor, &format!("deleting a {kind}"))?;
     let mut tx = app.db.begin().await?;
+    if let Owned::Pack = what {
+        // A deleted pack is shared with no one (it was its team's to share).
+        sqlx::query("DELETE FROM pack_shares WHERE pack_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
     sqlx::query(&format!("DELETE FROM {children} WHERE {column} = $1"))
         .bind(id)
         .execute(&mut *tx)

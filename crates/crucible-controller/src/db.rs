@@ -46,6 +46,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0012_dispatch.sql"),
     ),
     (
+        13,
+        "pack_shares",
+        include_str!("../migrations/0013_pack_shares.sql"),
+    ),
+    (
         14,
         "target_trust",
         include_str!("../migrations/0014_target_trust.sql"),

@@ -36,14 +36,14 @@ fn unavailable(base: &str) -> ApiError {
     ))
 }
 
-/// Whether a registered pack the caller may read has `digest` as its current or a prior
-/// revision.
+/// Whether a registered pack the caller may read (its team's, or shared with it) has `digest`
+/// as its current or a prior revision.
 async fn available(app: &App, caller: &Caller, digest: &str) -> ApiResult<bool> {
-    let hit: Option<String> = sqlx::query_scalar(
+    let hit: Option<String> = sqlx::query_scalar(&format!(
         "SELECT r.digest FROM pack_revisions r JOIN packs p ON p.id = r.pack_id \
-         JOIN memberships m ON m.team_id = p.team_id \
-         WHERE m.user_id = $1 AND r.digest = $2 LIMIT 1",
-    )
+         WHERE {} AND r.digest = $2 LIMIT 1",
+        crate::packs::readable_by("$1")
+    ))
     .bind(&caller.id)
     .bind(digest)
     .fetch_optional(&app.db)
@@ -204,12 +204,12 @@ async fn version_json(
     let Some(p) = provenance else {
         return Ok(json!({ "version": version, "digest": digest, "provenance": null }));
     };
-    let rows = sqlx::query(
+    let rows = sqlx::query(&format!(
         "SELECT DISTINCT p.id, s.name AS team, p.name, p.current_digest FROM pack_revisions r \
-         JOIN packs p ON p.id = r.pack_id JOIN memberships m ON m.team_id = p.team_id \
-         JOIN subjects s ON s.id = p.team_id \
-         WHERE m.user_id = $1 AND r.digest = $2 AND p.current_digest <> $2 ORDER BY p.id",
-    )
+         JOIN packs p ON p.id = r.pack_id JOIN subjects s ON s.id = p.team_id \
+         WHERE {} AND r.digest = $2 AND p.current_digest <> $2 ORDER BY p.id",
+        crate::packs::readable_by("$1")
+    ))
     .bind(&caller.id)
     .bind(&p.base)
     .fetch_all(&app.db)

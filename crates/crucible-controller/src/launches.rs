@@ -310,7 +310,8 @@ fn unavailable(what: &str) -> ApiError {
 }
 
 /// The digests a launch may run, newest first, each with how the launch named it: one for a
-/// digest, every saved version for `draft:NAME`. Only the run's team's packs and drafts, and
+/// digest, every saved version for `draft:NAME`. Only the run's team's packs (its own and those
+/// shared with it) and drafts, and
 /// for a firing of a standing launch (`series`), the digest it is pinned to: its tree is kept
 /// for it (RFC-0002:C-PACK-BASE) and it runs while it is pinned, its pack deleted or not.
 pub(crate) async fn candidates(
@@ -336,13 +337,14 @@ pub(crate) async fn candidates(
             .map(|(v, d)| (d, format!("{pack} version {v}")))
             .collect());
     }
-    let held: Option<String> = sqlx::query_scalar(
+    let held: Option<String> = sqlx::query_scalar(&format!(
         "SELECT r.digest FROM pack_revisions r JOIN packs p ON p.id = r.pack_id \
-         WHERE p.team_id = $1 AND r.digest = $2 \
+         WHERE {} AND r.digest = $2 \
          UNION SELECT v.digest FROM draft_versions v JOIN drafts d ON d.id = v.draft_id \
          WHERE d.team_id = $1 AND v.digest = $2 \
          UNION SELECT s.pack FROM standing s WHERE s.team_id = $1 AND s.pack = $2 AND s.id = $3",
-    )
+        crate::packs::launchable_by("$1")
+    ))
     .bind(team_id)
     .bind(pack)
     .bind(series.unwrap_or_default())

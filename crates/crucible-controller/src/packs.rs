@@ -345,43 +345,93 @@ fn only_team(caller: &Caller) -> ApiResult<String> {
     }
 }
 
-/// `GET /v1/packs`: the packs of the caller's teams.
+/// The SQL condition "subject `$n` may read pack `p`": the pack is its team's, or was shared
+/// with a team of the subject's (`pack_shares`). Every query that reads packs for a subject
+/// goes through it, so a share widens each of them alike and an unshare narrows them alike.
+pub(crate) fn readable_by(subject: &str) -> String {
+    format!(
+        "(p.team_id IN (SELECT rm.team_id FROM memberships rm WHERE rm.user_id = {subject}) \
+         OR p.id IN (SELECT rs.pack_id FROM pack_shares rs JOIN memberships rm \
+         ON rm.team_id = rs.team_id WHERE rm.user_id = {subject}))"
+    )
+}
+
+/// The SQL condition "team `$n` may launch pack `p`": its own, or shared with it.
+pub(crate) fn launchable_by(team: &str) -> String {
+    format!(
+        "(p.team_id = {team} OR p.id IN (SELECT ls.pack_id FROM pack_shares ls \
+         WHERE ls.team_id = {team}))"
+    )
+}
+
+/// `GET /v1/packs`: the packs of the caller's teams and those shared with them (`shared`).
 pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Value>> {
-    let rows = crate::db::in_subjects_teams(&app.db, &caller.id, "packs", "current_digest").await?;
+    let rows = sqlx::query(&format!(
+        "SELECT p.id, p.team_id, s.name AS team, p.name, p.current_digest FROM packs p \
+         JOIN subjects s ON s.id = p.team_id WHERE {} ORDER BY s.name, p.name",
+        readable_by("$1")
+    ))
+    .bind(&caller.id)
+    .fetch_all(&app.db)
+    .await?;
     let mut packs = Vec::with_capacity(rows.len());
     for r in rows {
+        let team_id: String = r.try_get("team_id")?;
         packs.push(json!({
             "id": r.try_get::<String, _>("id")?,
             "team": r.try_get::<String, _>("team")?,
             "name": r.try_get::<String, _>("name")?,
             "digest": r.try_get::<String, _>("current_digest")?,
+            "shared": caller.role_in(&team_id).is_none(),
         }));
     }
     Ok(Json(json!({ "packs": packs })))
 }
 
-/// The pack's team and current digest, when the caller may read it; otherwise not found.
-pub(crate) async fn readable(
-    app: &App,
-    caller: &Caller,
-    id: &str,
-) -> ApiResult<(String, String, String)> {
+/// A pack the caller may read: its team, name and current digest, and whether the caller reads
+/// it as a member of its team (`owned`) or only through a share.
+pub(crate) struct Readable {
+    pub team: String,
+    pub name: String,
+    pub current: String,
+    pub owned: bool,
+}
+
+impl Readable {
+    /// Refuses a change to a pack the caller reads only through a share: a shared pack is
+    /// read-only to the teams it was shared with.
+    pub(crate) fn owned_for(&self, what: &str) -> ApiResult<()> {
+        if self.owned {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden(format!(
+            "the pack is team `{}`'s, shared with your team to read and launch: {what} is for its own team",
+            self.team
+        )))
+    }
+}
+
+/// The pack when the caller may read it (its team's, or shared with one of the caller's
+/// teams); otherwise not found, exactly as a missing one.
+pub(crate) async fn readable(app: &App, caller: &Caller, id: &str) -> ApiResult<Readable> {
     let not_found = || ApiError::NotFound(format!("pack `{}`", id.escape_debug()));
-    let row = sqlx::query(
+    let row = sqlx::query(&format!(
         "SELECT p.team_id, s.name AS team, p.name, p.current_digest FROM packs p \
-         JOIN subjects s ON s.id = p.team_id WHERE p.id = $1",
-    )
+         JOIN subjects s ON s.id = p.team_id WHERE p.id = $1 AND {}",
+        readable_by("$2")
+    ))
     .bind(id)
+    .bind(&caller.id)
     .fetch_optional(&app.db)
     .await?
     .ok_or_else(not_found)?;
     let team_id: String = row.try_get("team_id")?;
-    caller.role_in(&team_id).ok_or_else(not_found)?;
-    Ok((
-        row.try_get("team")?,
-        row.try_get("name")?,
-        row.try_get("current_digest")?,
-    ))
+    Ok(Readable {
+        team: row.try_get("team")?,
+        name: row.try_get("name")?,
+        current: row.try_get("current_digest")?,
+        owned: caller.role_in(&team_id).is_some(),
+    })
 }
 
 /// `GET /v1/packs/{id}`: the pack and every revision, current last.
@@ -390,7 +440,7 @@ pub async fn show(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let (team, name, digest) = readable(&app, &caller, &id).await?;
+    let pack = readable(&app, &caller, &id).await?;
     let rows = sqlx::query(
         "SELECT seq, digest, delivered_bytes, ignored, created_at, origin, source, base_digest, \
          overlay_digest, overlay_paths FROM pack_revisions WHERE pack_id = $1 ORDER BY seq",
@@ -415,8 +465,15 @@ pub async fn show(
             "provenance": crate::drafts::Provenance::from_row(&r)?.map(|p| p.to_json()),
         }));
     }
+    // Which teams it is shared with is its own team's business only.
+    let shared_with = if pack.owned {
+        json!(shared_with(&app, &id).await?)
+    } else {
+        Value::Null
+    };
     Ok(Json(json!({
-        "id": id, "team": team, "name": name, "digest": digest, "revisions": revisions,
+        "id": id, "team": pack.team, "name": pack.name, "digest": pack.current,
+        "revisions": revisions, "shared": !pack.owned, "shared_with": shared_with,
     })))
 }
 
@@ -428,13 +485,14 @@ pub async fn delete(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let (team, name, _) = readable(&app, &caller, &id).await?;
+    let pack = readable(&app, &caller, &id).await?;
+    pack.owned_for("deleting it")?;
     let answer = crate::collect::delete(
         &app,
         &caller,
         crate::collect::Owned::Pack,
         &id,
-        (&team, &name),
+        (&pack.team, &pack.name),
     )
     .await?;
     Ok(Json(answer))
@@ -476,9 +534,9 @@ pub async fn archive(
     Path(id): Path<String>,
     Query(q): Query<RevisionQuery>,
 ) -> ApiResult<impl IntoResponse> {
-    let (_, _, current) = readable(&app, &caller, &id).await?;
+    let pack = readable(&app, &caller, &id).await?;
     let _trees = app.trees_in_use().await;
-    let digest = q.revision(&app, &id, current).await?;
+    let digest = q.revision(&app, &id, pack.current).await?;
     let dir = tree_dir(&app.trees_dir(), &digest).ok_or_else(|| {
         ApiError::Internal(anyhow::anyhow!(
             "a held revision's digest `{digest}` is malformed"
@@ -488,4 +546,115 @@ pub async fn archive(
         .await
         .map_err(anyhow::Error::from)??;
     Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes))
+}
+
+/// The teams pack `id` is shared with, by name.
+async fn shared_with(app: &App, id: &str) -> ApiResult<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT s.name FROM pack_shares sh JOIN subjects s ON s.id = sh.team_id \
+         WHERE sh.pack_id = $1 ORDER BY s.name",
+    )
+    .bind(id)
+    .fetch_all(&app.db)
+    .await?)
+}
+
+#[derive(Deserialize)]
+pub struct ShareBody {
+    /// The team the pack is shared with.
+    team: String,
+}
+
+/// The pack `id` for a share or an unshare by the caller (an admin of its own team), and the
+/// id of the team named `team` (not the pack's own).
+async fn share_target(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+    team: &str,
+    what: &str,
+) -> ApiResult<(Readable, String)> {
+    let pack = readable(app, caller, id).await?;
+    pack.owned_for(what)?;
+    let own = caller.team_for(&pack.team, Role::Admin, what)?;
+    let other: Option<String> =
+        sqlx::query_scalar("SELECT id FROM subjects WHERE name = $1 AND kind = 'team'")
+            .bind(team)
+            .fetch_optional(&app.db)
+            .await?;
+    let other =
+        other.ok_or_else(|| ApiError::NotFound(format!("team `{}`", team.escape_debug())))?;
+    if other == own {
+        return Err(ApiError::Refused(format!(
+            "the pack is team `{team}`'s own: it is shared with other teams"
+        )));
+    }
+    Ok((pack, other))
+}
+
+/// `POST /v1/packs/{id}/shares` `{"team"}` (admins of the pack's team): the team's members read
+/// the pack, every revision, and may launch it; `changed: false` when it already was shared.
+pub async fn share(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Json(body): Json<ShareBody>,
+) -> ApiResult<Json<Value>> {
+    let (pack, team_id) = share_target(&app, &caller, &id, &body.team, "sharing it").await?;
+    let mut tx = app.db.begin().await?;
+    let done = sqlx::query(
+        "INSERT INTO pack_shares (pack_id, team_id, subject_id, created_at) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (pack_id, team_id) DO NOTHING",
+    )
+    .bind(&id)
+    .bind(&team_id)
+    .bind(&caller.id)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await?;
+    let changed = done.rows_affected() > 0;
+    if changed {
+        let target = format!("pack:{}/{}", pack.team, pack.name);
+        let detail = format!("team:{}", body.team);
+        audit::record(&mut tx, &caller.id, "pack.share", &target, &detail).await?;
+    }
+    tx.commit().await?;
+    Ok(Json(json!({
+        "id": id, "team": body.team, "changed": changed,
+        "shared_with": shared_with(&app, &id).await?,
+    })))
+}
+
+/// `DELETE /v1/packs/{id}/shares/{team}` (admins of the pack's team): the team reads the pack no
+/// more, and cannot tell it from a missing one; its runs of it stay its runs. `changed: false`
+/// when it was not shared.
+pub async fn unshare(
+    State(app): State<App>,
+    caller: Caller,
+    Path((id, team)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let (pack, team_id) = share_target(&app, &caller, &id, &team, "unsharing it").await?;
+    let mut tx = app.db.begin().await?;
+    let done = sqlx::query("DELETE FROM pack_shares WHERE pack_id = $1 AND team_id = $2")
+        .bind(&id)
+        .bind(&team_id)
+        .execute(&mut *tx)
+        .await?;
+    let changed = done.rows_affected() > 0;
+    if changed {
+        let target = format!("pack:{}/{}", pack.team, pack.name);
+        audit::record(
+            &mut tx,
+            &caller.id,
+            "pack.unshare",
+            &target,
+            &format!("team:{team}"),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(Json(json!({
+        "id": id, "team": team, "changed": changed,
+        "shared_with": shared_with(&app, &id).await?,
+    })))
 }

@@ -441,9 +441,11 @@ pub async fn retry(
     Path(id): Path<String>,
     Query(q): Query<crate::packs::RevisionQuery>,
 ) -> ApiResult<Json<Value>> {
-    let (team, name, current) = crate::packs::readable(&app, &caller, &id).await?;
-    caller.team_for(&team, Role::Editor, "retrying a publication")?;
-    let digest = q.revision(&app, &id, current).await?;
+    let pack = crate::packs::readable(&app, &caller, &id).await?;
+    pack.owned_for("retrying its publication")?;
+    let (team, name) = (&pack.team, &pack.name);
+    caller.team_for(team, Role::Editor, "retrying a publication")?;
+    let digest = q.revision(&app, &id, pack.current).await?;
     if app.config.registry.is_none() {
         return Err(ApiError::Refused(
             "no pack registry is configured (crucible serve --registry)".into(),
@@ -482,11 +484,11 @@ pub async fn by_digest(
     caller: Caller,
     Path(digest): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let ids: Vec<String> = sqlx::query_scalar(
+    let ids: Vec<String> = sqlx::query_scalar(&format!(
         "SELECT DISTINCT p.id FROM packs p JOIN pack_revisions r ON r.pack_id = p.id \
-         JOIN memberships m ON m.team_id = p.team_id WHERE r.digest = $1 AND m.user_id = $2 \
-         ORDER BY p.id",
-    )
+         WHERE r.digest = $1 AND {} ORDER BY p.id",
+        crate::packs::readable_by("$2")
+    ))
     .bind(&digest)
     .bind(&caller.id)
     .fetch_all(&app.db)

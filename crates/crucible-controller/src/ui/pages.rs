@@ -417,7 +417,7 @@ fn set_files(dir: &std::path::Path) -> Vec<(String, u64)> {
     out
 }
 
-/// `/ui/packs`: the packs and drafts of the subject's teams.
+/// `/ui/packs`: the packs and drafts of the subject's teams, and the packs shared with them.
 pub(crate) async fn packs(State(app): State<App>, Signed(c): Signed) -> PageResult {
     let p = read(&c, packs::list(State(app.clone()), c.clone()).await)?;
     let d = read(&c, drafts::list(State(app.clone()), c.clone()).await)?;
@@ -426,9 +426,14 @@ pub(crate) async fn packs(State(app): State<App>, Signed(c): Signed) -> PageResu
     );
     for pack in p["packs"].as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            "<tr><td>{}</td><td>{}{}</td><td><code>{}</code></td></tr>",
             esc(text(&pack["name"])),
             esc(text(&pack["team"])),
+            if pack["shared"] == true {
+                " (shared with your team)"
+            } else {
+                ""
+            },
             esc(text(&pack["digest"]))
         ));
     }
