@@ -3,7 +3,10 @@
 //! DevTools protocol (`cdp`), a run reaching a human route, the evidence page showing each media
 //! type, an answer accepted and the run going on, a second answer refused, an expired request
 //! routing `uncertain`, a notification for an approver and none for a viewer, and a hostile HTML
-//! evidence file whose every reach outside its frame fails.
+//! evidence file whose every reach outside its frame fails; the run page colours a task in
+//! flight apart from pending and settled ones, and offers each task's files for download. Every
+//! test runs on SQLite and on PostgreSQL (`CRUCIBLE_TEST_POSTGRES`), as the other controller
+//! tests do.
 //!
 //! `CRUCIBLE_UPDATE_SCREENSHOTS=1` rewrites docs/ui-run.png and docs/ui-evidence.png.
 
@@ -18,7 +21,7 @@ const WORKFLOW: &str = r#"scan = command(name = "scan", run = "python3 make.py",
     emits_files = ["a.png", "b.jpg", "c.gif", "d.svg", "e.md", "f.csv", "g.json", "hostile.html", "h.bin", "broken.png"])
 gate = route(name = "gate", depends_on = [scan], human = True, timeout = "TIMEOUT", review = "review.md",
     questions = {"go": noul(ask = "Deploy?"), "area": choice(options = ["docs", "code"], multiple = True)})
-deploy = command(name = "deploy", run = "echo '{}'", depends_on = [gate], when = gate.go, answers = "yes")
+deploy = command(name = "deploy", run = "sleep 3; echo '{}'", depends_on = [gate], when = gate.go, answers = "yes")
 hold = command(name = "hold", run = "echo '{}'", depends_on = [gate], when = gate.go, answers = ["no", "uncertain"])
 workflow([scan, gate, deploy, hold])
 "#;
@@ -179,8 +182,12 @@ fn screenshot(page: &mut Page, name: &str) {
 
 /// A run's pack in team red with its people: (server, rita the editor, ann the approver,
 /// digest), the route timing out after `timeout`; real PNG and JPEG files drawn by `page`.
-fn gated_server(timeout: &str, page: Option<&mut Page>) -> (Server, String, String, String) {
-    let server = Server::start(&Store::Sqlite, &[]);
+fn gated_server(
+    store: &Store,
+    timeout: &str,
+    page: Option<&mut Page>,
+) -> (Server, String, String, String) {
+    let server = Server::start(store, &[]);
     let rita = server.team_with_user("red", "rita", "editor");
     let ann = server.member("red", "ann", "approver");
     let (png, jpeg) = match page {
@@ -201,16 +208,64 @@ fn gated_server(timeout: &str, page: Option<&mut Page>) -> (Server, String, Stri
 #[test]
 fn ui_evidence_page_answer_and_hostile_file_in_a_browser() {
     let Some(b) = browser() else { return };
-    let mut blank = b.page("http://127.0.0.1", false);
-    let (server, rita, ann, digest) = gated_server("90s", Some(&mut blank));
-    let run = launch_to_gate(&server, &rita, &digest);
+    for store in Store::all() {
+        let mut blank = b.page("http://127.0.0.1", false);
+        let (server, rita, ann, digest) = gated_server(&store, "90s", Some(&mut blank));
+        evidence_answer_and_hostile_file(&server, &rita, &ann, &digest);
+    }
+}
+
+/// The status a run page's graph draws task `task` in (`data-status`; null: pending), and
+/// whether its node is filled with the running colour.
+const NODE: &str =
+    "((t) => { const n = document.querySelector(`.graph svg [data-task=\"${t}\"]`); \
+     return n && [n.getAttribute('data-status'), n.outerHTML.includes('74c0fc')]; })";
+
+fn evidence_answer_and_hostile_file(server: &Server, rita: &str, ann: &str, digest: &str) {
+    let run = launch_to_gate(server, rita, digest);
 
     // Rita watches the run's page; it updates itself as the run goes on.
-    let mut watching = signed_in(&server, &rita, false).unwrap();
+    let mut watching = signed_in(server, rita, false).unwrap();
     watching.goto(&format!("{}/ui/runs/{run}", server.url));
     watching.wait_for(
         "document.querySelector('.graph svg') && document.querySelector('details.task[data-task=scan]')",
         "the graph and the scan row",
+    );
+    // Settled green, the route waiting on its request drawn running, the rest pending.
+    assert_eq!(
+        watching.eval(&format!("{NODE}('scan')")),
+        json!(["pass", false]),
+        "{}",
+        server.store
+    );
+    assert_eq!(
+        watching.eval(&format!("{NODE}('gate')")),
+        json!(["running", true])
+    );
+    assert_eq!(
+        watching.eval(&format!("{NODE}('deploy')")),
+        json!([null, false])
+    );
+    // A task's files, offered for download from the run page: the bytes it wrote, as an
+    // attachment never sniffed or rendered.
+    let download = watching.eval(
+        "(async () => { const a = [...document.querySelectorAll('details.task[data-task=scan] a.download')] \
+           .find((a) => a.textContent === 'h.bin'); \
+         const r = await fetch(a.getAttribute('href'), {credentials: 'same-origin'}); \
+         return {status: r.status, download: a.hasAttribute('download'), \
+           type: r.headers.get('content-type'), disposition: r.headers.get('content-disposition'), \
+           sniff: r.headers.get('x-content-type-options'), csp: r.headers.get('content-security-policy'), \
+           bytes: [...new Uint8Array(await r.arrayBuffer())]}; })()",
+    );
+    assert_eq!(
+        download,
+        json!({
+            "status": 200, "download": true, "type": "application/octet-stream",
+            "disposition": "attachment; filename=\"h.bin\"", "sniff": "nosniff",
+            "csp": "default-src 'none'; sandbox", "bytes": [0, 159, 146, 150, 1, 2],
+        }),
+        "{}",
+        server.store
     );
     let graph = watching.eval("document.querySelector('.graph svg').textContent");
     for task in ["scan", "gate", "deploy", "hold"] {
@@ -223,7 +278,7 @@ fn ui_evidence_page_answer_and_hostile_file_in_a_browser() {
         true
     );
 
-    let mut page = signed_in(&server, &ann, false).unwrap();
+    let mut page = signed_in(server, ann, false).unwrap();
     let evidence = format!("{}{}", server.url, link.as_str().unwrap());
     page.goto(&evidence);
     page.wait_for(
@@ -331,6 +386,16 @@ fn ui_evidence_page_answer_and_hostile_file_in_a_browser() {
         "document.getElementById('accepted') !== null",
         "the answer to be accepted",
     );
+    // The page left open follows the run over its event stream: deploy (three seconds long)
+    // drawn in the running colour while it runs.
+    watching.wait_for(
+        &format!("(({NODE})('deploy') || [])[0] === 'running'"),
+        "deploy drawn running on the open run page",
+    );
+    assert_eq!(
+        watching.eval(&format!("{NODE}('deploy')")),
+        json!(["running", true])
+    );
     // A second, different answer is refused with the reason.
     let refused = page.eval(&format!(
         "fetch({}, {{method: 'POST', headers: {{'content-type': 'application/x-www-form-urlencoded'}}, \
@@ -344,7 +409,7 @@ fn ui_evidence_page_answer_and_hostile_file_in_a_browser() {
         "{refused}"
     );
 
-    let done = wait_run(&server, &run, ended);
+    let done = wait_run(server, &run, ended);
     assert_eq!(row(&done, "deploy")["status"], "pass", "{done}");
     assert_eq!(row(&done, "hold")["status"], "not_taken", "{done}");
     assert_eq!(row(&done, "gate")["output"]["go"]["label"], "yes", "{done}");
@@ -363,8 +428,14 @@ fn ui_evidence_page_answer_and_hostile_file_in_a_browser() {
 #[test]
 fn ui_notifies_approvers_not_viewers_and_an_expired_request_routes_uncertain() {
     let Some(b) = browser() else { return };
+    for store in Store::all() {
+        notifies_approvers_not_viewers(b, &store);
+    }
+}
+
+fn notifies_approvers_not_viewers(b: &crate::cdp::Browser, store: &Store) {
     let mut blank = b.page("http://127.0.0.1", false);
-    let (server, rita, ann, digest) = gated_server("15s", Some(&mut blank));
+    let (server, rita, ann, digest) = gated_server(store, "15s", Some(&mut blank));
     let vic = server.member("red", "vic", "viewer");
     let mut approver = signed_in(&server, &ann, true).unwrap();
     let mut viewer = signed_in(&server, &vic, true).unwrap();
@@ -464,7 +535,13 @@ fn ui(
 // from another origin is refused.
 #[test]
 fn ui_pages_need_a_session_and_read_as_the_api_does() {
-    let (server, rita, ann, digest) = gated_server("90s", None);
+    for store in Store::all() {
+        pages_need_a_session_and_read_as_the_api_does(&store);
+    }
+}
+
+fn pages_need_a_session_and_read_as_the_api_does(store: &Store) {
+    let (server, rita, ann, digest) = gated_server(store, "90s", None);
     let vic = server.member("red", "vic", "viewer");
     let bo = server.team_with_user("blue", "bo", "admin");
     let run = launch_to_gate(&server, &rita, &digest);
@@ -508,9 +585,36 @@ fn ui_pages_need_a_session_and_read_as_the_api_does() {
     let (s, _, body) = ui(&server, "GET", "/ui/runs", Some(&bo), None);
     assert_eq!(s, 200);
     assert!(!body.contains(&run), "{body}");
+    // A task's files: to the run's team, only a path its published set lists; to another team,
+    // not found as the run is.
+    let file = |path: &str| format!("/ui/runs/{run}/files?task=scan&path={path}");
+    let (s, h, body) = ui(&server, "GET", &file("f.csv"), Some(&vic), None);
+    assert_eq!(s, 200, "{}: {body}", server.store);
+    assert_eq!(body, "name,count\n\"a, b\",2\n<i>c</i>,3\n");
+    assert_eq!(h["content-type"], "application/octet-stream");
+    assert_eq!(h["content-disposition"], "attachment; filename=\"f.csv\"");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    for other in [
+        "make.py",
+        "..%2F..%2F..%2Fadmin.token",
+        "files%2Fh.bin",
+        "nosuch",
+    ] {
+        let (s, _, body) = ui(&server, "GET", &file(other), Some(&vic), None);
+        assert_eq!(s, 404, "{other}: {body}");
+    }
+    let (s, _, body) = ui(
+        &server,
+        "GET",
+        &format!("/ui/runs/{run}/files?task=gate&path=f.csv"),
+        Some(&vic),
+        None,
+    );
+    assert_eq!(s, 404, "a row with no files: {body}");
     for path in [
         format!("/ui/runs/{run}"),
         format!("/ui/runs/{run}/graph"),
+        file("f.csv"),
         gate.clone(),
         format!("{gate}/files/0"),
     ] {

@@ -402,8 +402,14 @@ pub fn show(a: &ShowArgs) -> Result<ExitCode> {
             Some(run) => Some(run_statuses(&manifest.dir.join("state"), run)?),
             None => None,
         };
+        // A local run's session log says what settled, not what is in flight: every task
+        // not settled is drawn pending.
+        let running = std::collections::BTreeSet::new();
         let colouring = match &statuses {
-            Some(s) => picture::Colouring::Run(s),
+            Some(s) => picture::Colouring::Run {
+                settled: s,
+                running: &running,
+            },
             None => picture::Colouring::Kind,
         };
         print!("{}", picture::svg(&plan, &colouring));

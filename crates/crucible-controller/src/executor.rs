@@ -15,9 +15,9 @@ use anyhow::{Context, Result};
 use crucible_engine::history::History;
 use crucible_engine::{Launch, Observer, RunError, RunErrorKind, RunRequest, RunSummary};
 use sqlx::AnyPool;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc};
 
 /// A live event besides the session log's own lines: its SSE event name and JSON data.
@@ -33,19 +33,35 @@ pub struct Executor {
 struct Live {
     stop: mpsc::UnboundedSender<()>,
     events: broadcast::Sender<LiveEvent>,
+    running: InFlight,
 }
 
+/// The rows of a run started and not yet settled (`task`, `task[key]`, `task[round-n]`).
+type InFlight = Arc<Mutex<BTreeSet<String>>>;
+
 /// The run's observer: what the session log does not carry (a task starting) goes to the
-/// run's event stream.
+/// run's event stream, and the rows in flight are kept for the run's page.
 struct Relay {
     events: broadcast::Sender<LiveEvent>,
+    running: InFlight,
 }
 
 impl Observer for Relay {
     fn task_started(&mut self, task: &str) {
+        self.running
+            .lock()
+            .expect("rows in flight")
+            .insert(task.to_string());
         let data = serde_json::json!({ "task": task }).to_string();
         // No subscriber is not an error: the stream is for whoever is watching.
         let _ = self.events.send(("task_started", data));
+    }
+
+    fn task_settled(&mut self, row: &crucible_plan::wire::TaskResult) {
+        self.running
+            .lock()
+            .expect("rows in flight")
+            .remove(&row.task);
     }
 }
 
@@ -94,13 +110,19 @@ impl Executor {
     pub fn dispatch(&self, app: App, id: String, req: RunRequest) {
         let (stop, stop_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
+        let running = InFlight::default();
         let relay = Relay {
             events: events.clone(),
+            running: running.clone(),
         };
-        self.live
-            .lock()
-            .expect("live runs")
-            .insert(id.clone(), Live { stop, events });
+        self.live.lock().expect("live runs").insert(
+            id.clone(),
+            Live {
+                stop,
+                events,
+                running,
+            },
+        );
         let engine = tokio::spawn(async move {
             let mut relay = relay;
             crucible_engine::run(req, &mut relay, stop_rx).await
@@ -126,6 +148,19 @@ impl Executor {
     pub fn subscribe(&self, id: &str) -> Option<broadcast::Receiver<LiveEvent>> {
         let live = self.live.lock().expect("live runs");
         live.get(id).map(|l| l.events.subscribe())
+    }
+
+    /// The rows of an executing run started and not settled, by name; none once it ended.
+    pub fn running(&self, id: &str) -> Vec<String> {
+        let live = self.live.lock().expect("live runs");
+        live.get(id).map_or_else(Vec::new, |l| {
+            l.running
+                .lock()
+                .expect("rows in flight")
+                .iter()
+                .cloned()
+                .collect()
+        })
     }
 
     pub fn is_live(&self, id: &str) -> bool {

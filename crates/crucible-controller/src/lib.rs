@@ -119,6 +119,8 @@ pub struct App {
     pub publisher: Arc<publish::Publisher>,
     /// Serializes deciding asks, so one key is admitted once however many runs emit it.
     pub asks: Arc<tokio::sync::Mutex<()>>,
+    /// Each run's spend as its session log said when last read (`runs::SpendCache`).
+    pub spend: Arc<runs::SpendCache>,
 }
 
 impl App {
@@ -222,6 +224,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr, &str, bool)) -
         series_locks: Arc::default(),
         publisher: Arc::default(),
         asks: Arc::default(),
+        spend: Arc::default(),
     };
     // RFC-0002:C-PACK-BASE: trees nothing records any more (or never did: a recording that
     // failed) are removed before the controller answers anyone, then every hour.

@@ -15,10 +15,10 @@ use axum::Json;
 use crucible_plan::wire::{Event, TaskResult};
 use serde_json::{json, Value};
 use sqlx::Row;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::broadcast::error::RecvError;
 
 /// One run as recorded.
@@ -132,7 +132,8 @@ pub(crate) fn engine_dir(app: &App, id: &str) -> Option<PathBuf> {
     crucible_engine::state::run_dir(&state, &engine_run).ok()
 }
 
-/// `GET /v1/runs`: the runs of the caller's teams, newest first.
+/// `GET /v1/runs`: the runs of the caller's teams, newest first, each with its launch as
+/// accepted and its spend so far (from the spend cache: an unchanged log is not read again).
 pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Value>> {
     let rows = sqlx::query(&format!(
         "{SELECT} JOIN memberships m ON m.team_id = r.team_id WHERE m.user_id = $1 \
@@ -143,7 +144,11 @@ pub async fn list(State(app): State<App>, caller: Caller) -> ApiResult<Json<Valu
     .await?;
     let mut runs = Vec::with_capacity(rows.len());
     for r in &rows {
-        runs.push(Recorded::of(r)?.summary());
+        let run = Recorded::of(r)?;
+        let mut summary = run.summary();
+        summary["request"] = run.request.clone();
+        summary["spent_usd"] = json!(spent_usd(&app, &run.id));
+        runs.push(summary);
     }
     Ok(Json(json!({ "runs": runs })))
 }
@@ -177,6 +182,7 @@ pub async fn show(
     out["request"] = run.request.clone();
     out["dispatches"] = json!(run.dispatches);
     out["live"] = json!(run.live(&app));
+    out["running"] = json!(app.executor.running(&id));
     out["engine_run"] = json!(dir
         .as_deref()
         .and_then(|d| d.file_name())
@@ -205,11 +211,45 @@ fn spent_of(lines: &[crucible_plan::wire::Line]) -> f64 {
     })
 }
 
-/// What run `id` spent so far (zero before its engine started).
+/// What run `id` spent so far (zero before its engine started), read through the app's
+/// [`SpendCache`].
 pub(crate) fn spent_usd(app: &App, id: &str) -> f64 {
     match engine_dir(app, id) {
-        Some(d) => spent_of(&crucible_engine::state::read_log(&d)),
+        Some(d) => app.spend.spent(&d),
         None => 0.0,
+    }
+}
+
+/// What each engine run's session log says it spent, kept with the log's length and
+/// modification time when it was read: a log that has not changed is not read again. The runs
+/// page lists up to a hundred runs every two seconds, and the scheduler sums a series' spend at
+/// each firing; a log only grows while its run goes, and not at all after.
+#[derive(Default)]
+pub struct SpendCache(std::sync::Mutex<HashMap<PathBuf, (u64, SystemTime, f64)>>);
+
+impl SpendCache {
+    /// The spend of the engine run whose directory is `dir`.
+    pub fn spent(&self, dir: &std::path::Path) -> f64 {
+        let log = dir.join("session.jsonl");
+        let stamp = std::fs::metadata(&log)
+            .ok()
+            .map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+        let Some((len, at)) = stamp else {
+            return 0.0;
+        };
+        if let Some(&(l, t, spent)) = self.0.lock().expect("spend cache").get(&log) {
+            if (l, t) == (len, at) {
+                return spent;
+            }
+        }
+        // Stamped before the read: a line appended during it changes the stamp, so the next
+        // call reads again rather than keep a stale figure.
+        let spent = spent_of(&crucible_engine::state::read_log(dir));
+        self.0
+            .lock()
+            .expect("spend cache")
+            .insert(log, (len, at, spent));
+        spent
     }
 }
 
@@ -475,4 +515,49 @@ pub async fn events(
         ],
         Body::from_stream(stream),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_plan::vocab::{Outcome, Verdict};
+    use crucible_plan::wire::{encode, Shutdown};
+
+    fn shutdown_line(spent_usd: f64) -> String {
+        let event = Event::Shutdown(Shutdown {
+            outcome: Outcome::Finished,
+            ceiling: None,
+            reason: None,
+            verdict: Verdict::Valid,
+            spent_usd,
+            elapsed_secs: 1.0,
+        });
+        encode(&event, "2026-12-01T00:00:00Z") + "\n"
+    }
+
+    // Issue 14: the runs page does not re-read an unchanged log. Rewritten with the same length
+    // and modification time, the log is not read again (the cached figure stands); once it
+    // grows, it is.
+    #[test]
+    fn an_unchanged_session_log_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("session.jsonl");
+        let cache = SpendCache::default();
+        assert_eq!(cache.spent(dir.path()), 0.0, "no log yet");
+        std::fs::write(&log, shutdown_line(1.25)).unwrap();
+        let at = std::fs::metadata(&log).unwrap().modified().unwrap();
+        assert_eq!(cache.spent(dir.path()), 1.25);
+        let same_length = shutdown_line(9.75);
+        assert_eq!(same_length.len(), shutdown_line(1.25).len());
+        std::fs::write(&log, &same_length).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+        assert_eq!(cache.spent(dir.path()), 1.25, "read again though unchanged");
+        std::fs::write(&log, same_length.clone() + &shutdown_line(9.75)).unwrap();
+        assert_eq!(cache.spent(dir.path()), 9.75, "a grown log is read");
+    }
 }

@@ -13,7 +13,7 @@ use layout::core::geometry::Point;
 use layout::core::style::{LineStyleKind, StyleAttr};
 use layout::std_shapes::shapes::{Arrow, Element, LineEndKind, ShapeKind};
 use layout::topo::layout::VisualGraph;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 // layout-rs draws its own connectors at 15px: the same size keeps one font class.
 const FONT: usize = 15;
@@ -24,9 +24,23 @@ const GAP: f64 = 60.;
 pub enum Colouring<'a> {
     /// Its kind.
     Kind,
-    /// Its status in a run, by task ([`node_statuses`]); a task with none has not settled.
-    Run(&'a BTreeMap<String, Status>),
+    /// Its status in a run: settled, by task ([`node_statuses`]), or in flight (`running`, by
+    /// node: [`running_nodes`]); a task in neither has not started (pending).
+    Run {
+        settled: &'a BTreeMap<String, Status>,
+        running: &'a BTreeSet<String>,
+    },
 }
+
+/// How a node stands in a run: in flight, or settled with a status, or neither (pending).
+#[derive(Clone, Copy)]
+enum RunStatus {
+    Running,
+    Settled(Status),
+}
+
+/// The fill of a task in flight: a blue apart from every settled status and from pending white.
+pub const RUNNING_FILL: u32 = 0x74c0fc;
 
 fn kind_fill(k: TaskKind) -> u32 {
     match k {
@@ -39,7 +53,12 @@ fn kind_fill(k: TaskKind) -> u32 {
     }
 }
 
-fn status_fill(s: Option<Status>) -> u32 {
+fn status_fill(s: Option<RunStatus>) -> u32 {
+    let s = match s {
+        Some(RunStatus::Running) => return RUNNING_FILL,
+        Some(RunStatus::Settled(s)) => Some(s),
+        None => None,
+    };
     match s {
         Some(Status::Pass) => 0xb2f2bb,
         Some(Status::Fail | Status::Transport) => 0xffa8a8,
@@ -83,6 +102,19 @@ pub fn node_statuses<'a>(
     parts
 }
 
+/// The nodes in flight, from the rows started and not settled (`task`, `task[key]`,
+/// `task[round-n]`): a mapped task or a revise loop is running while any of its rows is.
+pub fn running_nodes<'a>(rows: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    rows.into_iter()
+        .map(|row| {
+            row.strip_suffix(']')
+                .and_then(|r| r.split_once('['))
+                .map_or(row, |(node, _)| node)
+                .to_string()
+        })
+        .collect()
+}
+
 fn kind_word(t: &Task) -> String {
     match (t.kind, &t.skill, &t.op) {
         (TaskKind::Agent, Some(_), _) => "skill".into(),
@@ -93,11 +125,13 @@ fn kind_word(t: &Task) -> String {
 
 /// The node's text: name, kind, how it is mapped or looped, and the dependencies drawn in the
 /// other stage (an epilogue task's on the main graph).
-fn label(t: &Task, status: Option<Status>, elsewhere: &[&str]) -> String {
+fn label(t: &Task, status: Option<RunStatus>, elsewhere: &[&str]) -> String {
     let mut lines = vec![t.name.clone()];
     let mut kind = kind_word(t);
-    if let Some(s) = status {
-        kind = format!("{kind} · {s}");
+    match status {
+        Some(RunStatus::Running) => kind = format!("{kind} · running"),
+        Some(RunStatus::Settled(s)) => kind = format!("{kind} · {s}"),
+        None => {}
     }
     lines.push(kind);
     if let Some(o) = &t.over {
@@ -122,7 +156,13 @@ fn attr(s: &str) -> String {
 fn node(t: &Task, colouring: &Colouring, elsewhere: &[&str]) -> Element {
     let status = match colouring {
         Colouring::Kind => None,
-        Colouring::Run(statuses) => Some(statuses.get(&t.name).copied()),
+        // In flight wins: a mapped task or a loop with rows settled and one still running is
+        // running.
+        Colouring::Run { settled, running } => Some(if running.contains(&t.name) {
+            Some(RunStatus::Running)
+        } else {
+            settled.get(&t.name).copied().map(RunStatus::Settled)
+        }),
     };
     let fill = match status {
         None => kind_fill(t.kind),
@@ -144,7 +184,8 @@ fn node(t: &Task, colouring: &Colouring, elsewhere: &[&str]) -> Element {
         FONT,
     );
     let status_attr = match status.flatten() {
-        Some(s) => format!(" data-status=\"{s}\""),
+        Some(RunStatus::Running) => " data-status=\"running\"".to_string(),
+        Some(RunStatus::Settled(s)) => format!(" data-status=\"{s}\""),
         None => String::new(),
     };
     Element::create_with_properties(
@@ -421,7 +462,14 @@ mod tests {
             ("gate", Status::Pass),
             ("gate[x]", Status::Fail),
         ]);
-        let doc = svg(&plan(), &Colouring::Run(&statuses));
+        let running = running_nodes(["e", "c[z]"]);
+        let doc = svg(
+            &plan(),
+            &Colouring::Run {
+                settled: &statuses,
+                running: &running,
+            },
+        );
         let xml = roxmltree::Document::parse(&doc).expect("well-formed SVG");
         let status = |name: &str| {
             xml.descendants()
@@ -430,8 +478,39 @@ mod tests {
         };
         assert_eq!(status("a"), Some("pass"));
         assert_eq!(status("b"), Some("pass"), "the last round decides");
-        assert_eq!(status("c"), Some("fail"), "the worst instance decides");
+        assert_eq!(
+            status("c"),
+            Some("running"),
+            "an instance in flight outranks the settled ones"
+        );
         assert_eq!(status("gate"), Some("pass"), "a task's own row decides");
-        assert_eq!(status("e"), None);
+        assert_eq!(status("e"), Some("running"));
+        let pending = svg(
+            &plan(),
+            &Colouring::Run {
+                settled: &statuses,
+                running: &BTreeSet::new(),
+            },
+        );
+        let xml = roxmltree::Document::parse(&pending).expect("well-formed SVG");
+        let e = xml
+            .descendants()
+            .find(|n| n.attribute("data-task") == Some("e"))
+            .unwrap();
+        assert_eq!(e.attribute("data-status"), None, "not started: pending");
+        // The running fill is apart from pending (white) and every settled status.
+        let fills: BTreeSet<u32> = [None, Some(RunStatus::Running)]
+            .into_iter()
+            .chain(
+                [Status::Pass, Status::Fail, Status::Blocked, Status::Skipped]
+                    .map(|s| Some(RunStatus::Settled(s))),
+            )
+            .map(status_fill)
+            .collect();
+        assert_eq!(fills.len(), 6);
+        assert!(
+            doc.contains(&format!("{RUNNING_FILL:06x}")),
+            "the fill is drawn"
+        );
     }
 }

@@ -13,12 +13,12 @@
 
 use super::pages::{evidence_url, seg};
 use super::render::{csv_table, esc, json_tree, markdown};
-use super::{failure, form_pairs, page, same_origin, PageResult, Signed};
+use super::{as_attachment, failure, form_pairs, page, same_origin, untrusted, PageResult, Signed};
 use crate::identity::{Caller, Role};
 use crate::{decisions, runs, App};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
 use base64::Engine;
 use serde_json::Value;
@@ -362,43 +362,9 @@ pub(crate) async fn file(
         (_, Media::Csv) => "text/csv; charset=utf-8",
         (_, Media::Json) => "application/json",
     };
-    let mut r = body.into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(media.csp()),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        "cross-origin-resource-policy",
-        HeaderValue::from_static("same-origin"),
-    );
+    let mut r = untrusted(body, mime, media.csp());
     if download {
-        let name: String = path
-            .rsplit('/')
-            .next()
-            .unwrap_or("evidence")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
-            h.insert(header::CONTENT_DISPOSITION, v);
-        }
+        as_attachment(&mut r, path);
     }
     Ok(r)
 }

@@ -81,6 +81,7 @@ pub fn router(app: App) -> Router {
         .route("/ui/runs/{id}/graph", get(pages::run_graph))
         .route("/ui/runs/{id}/tasks", get(pages::run_tasks))
         .route("/ui/runs/{id}/events", get(pages::run_events))
+        .route("/ui/runs/{id}/files", get(pages::task_file))
         .route("/ui/packs", get(pages::packs))
         .route("/ui/standing", get(standing::list))
         .route("/ui/standing/{id}", get(standing::show))
@@ -172,28 +173,69 @@ fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), Refused> {
 
 /// An HTML page with the controller's policy headers.
 fn html(status: StatusCode, body: String) -> Response {
-    let mut r = (status, body).into_response();
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with
+    // the page's own forms, which `same_origin` refuses.
+    with_policy(
+        (status, body).into_response(),
+        "text/html; charset=utf-8",
+        PAGE_CSP,
+        "same-origin",
+    )
+}
+
+/// `r` as `mime` under the policy `csp`: never sniffed, never cached, sending `referrer`.
+fn with_policy(
+    mut r: Response,
+    mime: &'static str,
+    csp: &'static str,
+    referrer: &'static str,
+) -> Response {
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(PAGE_CSP),
+        HeaderValue::from_static(csp),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with
-    // the page's own forms, which `same_origin` refuses.
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static(referrer));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
+}
+
+/// A file a task wrote, served as `mime` under `csp`: never sniffed, never sent on as a referrer,
+/// never cached, and never readable by another origin.
+pub(crate) fn untrusted(body: Vec<u8>, mime: &'static str, csp: &'static str) -> Response {
+    let mut r = with_policy(body.into_response(), mime, csp, "no-referrer");
+    r.headers_mut().insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    r
+}
+
+/// Marks `r` a download (`Content-Disposition: attachment`) named by the last segment of
+/// `path`, every character but `A-Za-z0-9._-` replaced by `_`.
+pub(crate) fn as_attachment(r: &mut Response, path: &str) {
+    let name: String = path
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("file")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+    }
 }
 
 /// A fragment a page's script swaps in.

@@ -131,9 +131,10 @@ async fn runs_html(app: &App, c: &Caller) -> Result<String, Refused> {
          <th>spent / ceiling</th><th>time ceiling</th><th>launched</th></tr>",
     );
     let all = listed["runs"].as_array().cloned().unwrap_or_default();
-    for summary in all.iter().take(RUNS_SHOWN) {
-        let id = summary["id"].as_str().unwrap_or_default();
-        let run = shown(app, c, id).await?;
+    // The listing carries each run's launch and spend (its session log read only when it
+    // changed), so no run is shown whole here.
+    for run in all.iter().take(RUNS_SHOWN) {
+        let id = run["id"].as_str().unwrap_or_default();
         out.push_str(&format!(
             "<tr data-run=\"{}\"><td><a href=\"/ui/runs/{}\">{}</a></td><td>{}</td>\
              <td class=\"state {}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -142,9 +143,9 @@ async fn runs_html(app: &App, c: &Caller) -> Result<String, Refused> {
             esc(id),
             esc(text(&run["team"])),
             esc(text(&run["state"])),
-            esc(&state_word(&run)),
+            esc(&state_word(run)),
             esc(text(&run["verdict"])),
-            spend(&run),
+            spend(run),
             esc(text(&run["request"]["max_time"])),
             esc(&when(&run["created_at_ms"])),
         ));
@@ -299,7 +300,8 @@ async fn summary_html(app: &App, c: &Caller, id: &str, run: &Value) -> Result<St
 }
 
 /// The run's graph as the CLI draws it (`plan show RUN --format svg`): each task coloured by
-/// its status in the run so far.
+/// its status in the run so far: pending (white), running (blue, the rows the executor has in
+/// flight), or how it settled.
 fn graph_html(app: &App, id: &str, run: &Value) -> String {
     let plan: Option<Plan> = std::fs::read(app.runs_dir().join(id).join("plan.json"))
         .ok()
@@ -318,8 +320,21 @@ fn graph_html(app: &App, id: &str, run: &Value) -> String {
             ))
         })
         .collect();
-    let statuses = picture::node_statuses(rows.iter().map(|(t, s)| (t.as_str(), *s)));
-    picture::svg(&plan, &Colouring::Run(&statuses))
+    let settled = picture::node_statuses(rows.iter().map(|(t, s)| (t.as_str(), *s)));
+    let running = picture::running_nodes(
+        run["running"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str),
+    );
+    picture::svg(
+        &plan,
+        &Colouring::Run {
+            settled: &settled,
+            running: &running,
+        },
+    )
 }
 
 /// Each settled row: its status, attempts, time and spend, its note, output, files and log.
@@ -362,7 +377,11 @@ async fn tasks_html(app: &App, c: &Caller, id: &str, run: &Value) -> Result<Stri
             out.push_str("<h4>files</h4><ul class=\"files\">");
             for (path, size) in files {
                 out.push_str(&format!(
-                    "<li><code>{}</code> ({size} bytes)</li>",
+                    "<li><a class=\"download\" href=\"/ui/runs/{}/files?task={}&amp;path={}\" \
+                     download><code>{}</code></a> ({size} bytes)</li>",
+                    seg(id),
+                    seg(task),
+                    seg(&path),
                     esc(&path)
                 ));
             }
@@ -380,6 +399,57 @@ async fn tasks_html(app: &App, c: &Caller, id: &str, run: &Value) -> Result<Stri
         out.push_str("</details>");
     }
     Ok(out)
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct FileQuery {
+    /// The settled row (`task`, `task[key]`).
+    task: String,
+    /// The file's path in the row's published set.
+    path: String,
+}
+
+/// `/ui/runs/{id}/files?task=ROW&path=P`: one file a settled row published, to a subject who may
+/// read the run (the API's scoping: "not found" otherwise, as for a missing file), always as an
+/// attachment of `application/octet-stream` under a sandboxing policy: a task wrote it, so the
+/// controller's origin never renders it. Only a path the row's set lists is served.
+pub(crate) async fn task_file(
+    State(app): State<App>,
+    Signed(c): Signed,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<FileQuery>,
+) -> PageResult {
+    let run = shown(&app, &c, &id).await?;
+    let not_found = || -> Refused {
+        let what = format!(
+            "file `{}` of task `{}` in this run",
+            q.path.escape_debug(),
+            q.task.escape_debug()
+        );
+        failure(Some(&c), crate::error::ApiError::NotFound(what)).into()
+    };
+    let published = run["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| text(&r["task"]) == q.task && r["files"].as_bool() == Some(true));
+    let set = runs::engine_dir(&app, &id)
+        .filter(|_| published)
+        .map(|d| d.join("files").join(set_dir(&q.task)))
+        .ok_or_else(not_found)?;
+    // The listing walks the set without following a link, so a listed path is a regular file
+    // inside it.
+    if !set_files(&set).iter().any(|(p, _)| *p == q.path) {
+        return Err(not_found());
+    }
+    let body = std::fs::read(set.join(&q.path)).map_err(|_| not_found())?;
+    let mut r = super::untrusted(
+        body,
+        "application/octet-stream",
+        "default-src 'none'; sandbox",
+    );
+    super::as_attachment(&mut r, &q.path);
+    Ok(r)
 }
 
 /// The directory a row's declared files are published in: `task` or `task[key]`.
