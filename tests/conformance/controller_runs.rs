@@ -29,15 +29,31 @@ fn chain_after(a_secs: u32, b_secs: u32) -> String {
 pub(crate) fn push(server: &Server, name: &str, manifest: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("crucible.toml"), manifest).unwrap();
-    let out = server.remote(&["pack", "push", dir.path().to_str().unwrap(), "--name", name]);
+    push_dir(server, name, dir.path())
+}
+
+/// Registers the pack directory `dir` in the platform team with `crucible remote pack push`;
+/// returns its digest, which is `crucible pack digest DIR`.
+pub(crate) fn push_dir(server: &Server, name: &str, dir: &std::path::Path) -> String {
+    let out = server.remote(&["pack", "push", dir.to_str().unwrap(), "--name", name]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert_eq!(digest, pack_digest(dir.path()));
+    assert_eq!(digest, pack_digest(dir));
     digest
+}
+
+/// The settled row of `task` in a run as `GET /v1/runs/{id}` shows it.
+pub(crate) fn row<'a>(run: &'a Value, task: &str) -> &'a Value {
+    run["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["task"] == task)
+        .unwrap_or_else(|| panic!("no row of {task}: {run}"))
 }
 
 pub(crate) fn launch(server: &Server, token: &str, body: Value) -> (u16, Value) {

@@ -12,8 +12,8 @@
 
 use crate::cdp::{browser, Page};
 use crate::controller::{Server, Store};
-use crate::controller_runs::{ended, launch, wait_run};
-use serde_json::{json, Value};
+use crate::controller_runs::{ended, launch, row, wait_run};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 const WORKFLOW: &str = r#"scan = command(name = "scan", run = "python3 make.py",
@@ -158,15 +158,6 @@ fn signed_in(server: &Server, token: &str, notifications: bool) -> Option<Page> 
         "the runs page after signing in",
     );
     Some(page)
-}
-
-fn row<'a>(run: &'a Value, task: &str) -> &'a Value {
-    run["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["task"] == task)
-        .unwrap_or_else(|| panic!("no row of {task}: {run}"))
 }
 
 fn screenshot(page: &mut Page, name: &str) {

@@ -29,6 +29,7 @@ mod controller_runs;
 mod controller_sandbox;
 mod controller_share;
 mod controller_standing;
+mod controller_steering;
 mod controller_ui;
 mod example_branching;
 mod examples;

@@ -34,6 +34,9 @@ pub struct PromptParts<'a> {
     pub inputs: &'a Value,
     /// A skill's directory, where its files are for the turn to read.
     pub skill_dir: Option<&'a std::path::Path>,
+    /// The run's steering (per-run input from whoever launched it, not pack content): each file
+    /// by name with its text. It reaches the prompt only inside external-input regions.
+    pub steering: &'a [(String, String)],
 }
 
 /// Assembles the turn's prompt: goal, task prompt, the dependencies' outputs, the result
@@ -55,6 +58,24 @@ pub fn assemble_prompt(parts: &PromptParts<'_>) -> Result<String, AgentError> {
             "# Skill files\n\nThis skill's files are in {} (read-only; also $CRUCIBLE_SKILL_DIR).\n\n",
             dir.display()
         ));
+    }
+    if !parts.steering.is_empty() {
+        out.push_str(
+            "# Steering from whoever launched this run
+
+",
+        );
+        for (name, text) in parts.steering {
+            // The launcher refused marker text already; refused here too, never rewritten.
+            if markers::carries_marker(text) || markers::carries_marker(name) {
+                return Err(AgentError {
+                    task: parts.task.to_string(),
+                    kind: AgentErrorKind::MarkerInSteering,
+                });
+            }
+            out.push_str(&markers::wrap(&format!("steering {name}"), text));
+            out.push_str("\n\n");
+        }
     }
     let has_inputs = parts.inputs.as_object().is_some_and(|m| !m.is_empty());
     if has_inputs {
@@ -208,6 +229,8 @@ pub enum AgentErrorKind {
     TooDeep,
     #[error("a dependency's output carries the external-input marker text, so it cannot be placed in a marked region of the prompt")]
     MarkerInInputs,
+    #[error("the run's steering carries the external-input marker text, so it cannot be placed in a marked region of the prompt")]
+    MarkerInSteering,
 }
 
 #[cfg(test)]
@@ -224,14 +247,21 @@ mod tests {
             prompt: "Review the scan.",
             inputs: &inputs,
             skill_dir: None,
+            steering: &[("focus.md".into(), "Only the docs.".into())],
         })
         .unwrap();
         assert!(p.starts_with("# Goal\n\nKeep the repo tidy."));
         assert!(p.contains("# Task: review\n\nReview the scan."));
+        // Steering, then the inputs, each inside its own marked region.
+        let steer = p.find("Only the docs.").unwrap();
         let open = p.find(markers::OPEN).unwrap();
-        let data = p.find("\"files\": 3").unwrap();
         let close = p.find(markers::CLOSE).unwrap();
-        assert!(open < data && data < close);
+        assert!(open < steer && steer < close, "{p}");
+        assert!(p[open..close].contains("[steering focus.md]"), "{p}");
+        let data = p.find("\"files\": 3").unwrap();
+        let open = p.rfind(markers::OPEN).unwrap();
+        let close = p.rfind(markers::CLOSE).unwrap();
+        assert!(open < data && data < close && close > steer);
         assert!(p.trim_end().ends_with(RESULT_INSTRUCTION));
     }
 
@@ -244,9 +274,20 @@ mod tests {
             prompt: "p",
             inputs: &inputs,
             skill_dir: None,
+            steering: &[],
         })
         .unwrap_err();
         assert!(matches!(e.kind, AgentErrorKind::MarkerInInputs));
+        let e = assemble_prompt(&PromptParts {
+            goal: None,
+            task: "t",
+            prompt: "p",
+            inputs: &json!({}),
+            skill_dir: None,
+            steering: &[("s".into(), format!("x {} y", markers::OPEN))],
+        })
+        .unwrap_err();
+        assert!(matches!(e.kind, AgentErrorKind::MarkerInSteering));
     }
 
     #[test]

@@ -265,6 +265,7 @@ Both ceilings are required; the controller refuses what `plan run` would, before
 Examples:
   crucible remote launch tree1:3f… --max-cost 1 --max-time 5m --param topic=slag
   crucible remote launch draft:triage --max-cost 0.5 --max-time 10m --follow
+  crucible remote launch tree1:3f… --max-cost 1 --max-time 5m --steer focus.md
 
 Exit codes: 0 launched (with --follow: the verdict is valid); 3 with --follow, the run ended
 with any other verdict; 1 refused, with the controller's reason; 2 a bad command line.";
@@ -276,6 +277,11 @@ pub struct RemoteLaunchArgs {
     /// Stream the run's rows as they settle and exit as `plan run` does.
     #[arg(long)]
     pub follow: bool,
+    /// A steering file for this run only (UTF-8 text, repeatable; at most 8 files and 64 KiB):
+    /// delivered beside the pack, never in it, read-only to every task, and in agent prompts
+    /// only as marked external input.
+    #[arg(long = "steer", value_name = "FILE")]
+    pub steer: Vec<PathBuf>,
 }
 
 /// What a launch names and sets: `remote launch`'s and `remote standing create`'s.

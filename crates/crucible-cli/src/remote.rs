@@ -276,7 +276,25 @@ fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
 /// `remote launch`: the launch, checked by the controller before it is accepted; prints the
 /// run id, and with `--follow` streams the run and exits as `plan run` does.
 pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
-    let body = launch_body(&a.spec)?;
+    let mut body = launch_body(&a.spec)?;
+    let mut steering = serde_json::Map::new();
+    for file in &a.steer {
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| {
+                anyhow!(
+                    "--steer {}: not a file",
+                    escape(&file.display().to_string())
+                )
+            })?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| anyhow!("--steer {}: {e}", escape(&file.display().to_string())))?;
+        if steering.insert(name.clone(), text.into()).is_some() {
+            bail!("--steer: two files named {}", escape(&name));
+        }
+    }
+    body["steering"] = steering.into();
     let v = call(r, "POST", "/v1/launches", Some(&body))?;
     let id = v["id"].as_str().unwrap_or_default().to_string();
     eprintln!(

@@ -156,6 +156,8 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         groups: Default::default(),
         decider: crate::decide::decider()?,
         decision_bounds: crate::decide::bounds()?,
+        // Steering is the controller's (`crucible remote launch --steer`).
+        steering: None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -260,7 +260,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         op(
             Post,
             "/v1/launches",
-            "Launch a run of a digest or `draft:NAME`: `{\"pack\", \"team\", \"params\", \"settings\", \"caps\", \"max_cost\", \"max_time\"}`, checked as `plan run` checks it",
+            "Launch a run of a digest or `draft:NAME`: `{\"pack\", \"team\", \"params\", \"settings\", \"caps\", \"max_cost\", \"max_time\", \"steering\"}` (steering: file name to text, delivered beside the pack), checked as `plan run` checks it",
             || post(launches::launch),
         )
         .body(Body::Json),

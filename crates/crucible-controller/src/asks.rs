@@ -306,6 +306,8 @@ async fn admit(
         max_cost: Some(policy.max_cost),
         max_time: Some(policy.max_time.clone()),
         target: None,
+        // An ask's run is steered by nothing but its parameters.
+        steering: BTreeMap::new(),
     };
     let source = format!("ask `{}` ({})", ask.key.escape_debug(), ask.id);
     let by = Launcher {

@@ -7,7 +7,8 @@
 //!
 //! A run's directory is `STATE_DIR/runs/<id>/`: the stored tree under the digest, delivered as
 //! the gzipped archive a remote executor would get (measured against the delivery budget at
-//! dispatch), unpacked into `pack/`; the engine's state beside it in `state/`, never in it.
+//! dispatch), unpacked into `pack/`; the engine's state beside it in `state/`, and the launch's
+//! steering in `steering/`, never in it (RFC-0002:C-PACK-BASE).
 
 use crate::audit;
 use crate::db::{new_id, now_ms};
@@ -53,6 +54,11 @@ pub struct LaunchRequest {
     /// Kubernetes target's name (issue 17, `dispatch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// Per-run steering, by file name: delivered beside the pack's tree (`steering/`), never
+    /// into it; every task reads it read-only, agent prompts carry it as external input
+    /// (`crucible_engine::steering`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steering: BTreeMap<String, String>,
 }
 
 impl LaunchRequest {
@@ -78,6 +84,17 @@ impl LaunchRequest {
             out.push(format!("{k}={v}"));
         }
         Ok(out)
+    }
+
+    /// The steering files, checked against the engine's bounds (refused, 422, naming the rule).
+    pub(crate) fn steering_files(&self) -> ApiResult<Vec<(String, String)>> {
+        let files: Vec<(String, String)> = self
+            .steering
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        crucible_engine::steering::check(&files).map_err(ApiError::Refused)?;
+        Ok(files)
     }
 
     pub(crate) fn max_secs(&self) -> ApiResult<Option<u64>> {
@@ -116,6 +133,31 @@ impl From<Refusal> for ApiError {
 /// How long one launch's compile may take before it is refused.
 const COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Writes the launch's steering into `run_dir/steering/`, beside the delivered `pack/` and
+/// never in it, each file read-only; the directory the engine is handed, or `None` without
+/// steering. Written again, identically, when a restarted controller resumes the run.
+fn deliver_steering(run_dir: &Path, launch: &LaunchRequest) -> ApiResult<Option<PathBuf>> {
+    let files = launch.steering_files()?;
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let dir = run_dir.join("steering");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        for (name, text) in &files {
+            let path = dir.join(name);
+            if path.exists() {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+            }
+            std::fs::write(&path, text)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444))?;
+        }
+        Ok(())
+    };
+    write().map_err(|e| anyhow::anyhow!("writing the run's steering: {e}"))?;
+    Ok(Some(dir))
+}
+
 /// The manifest a launch runs: the delivered pack's `crucible.toml`.
 pub(crate) fn manifest_path(run_dir: &Path) -> PathBuf {
     run_dir.join("pack").join("crucible.toml")
@@ -137,6 +179,7 @@ pub(crate) async fn prepare(
     }
     let params = launch.compile_params()?;
     let max_secs = launch.max_secs()?;
+    let steering = deliver_steering(run_dir, launch)?;
     let compiled = compile(&app.config.compiler, &manifest_path, &params).await?;
     let mut manifest =
         crucible_pack::load(&manifest_path).map_err(|e| Refusal::Compile(e.to_string()))?;
@@ -189,6 +232,7 @@ pub(crate) async fn prepare(
             run_id(run_dir),
         ))),
         decision_bounds: engine.decision_bounds,
+        steering,
     };
     match crucible_engine::check_launch(&req) {
         Ok(()) => Ok(req),
@@ -399,9 +443,10 @@ pub(crate) async fn admit(
     req: &LaunchRequest,
     history: History,
 ) -> ApiResult<Value> {
-    // Malformed parameters and ceilings are refused before any pack is touched.
+    // Malformed parameters, ceilings and steering are refused before any pack is touched.
     req.compile_params()?;
     req.max_secs()?;
+    req.steering_files()?;
     let target = dispatchable(app, req)?;
     let id = new_id();
     let run_dir = app.runs_dir().join(&id);
@@ -459,6 +504,14 @@ fn dispatchable<'a>(
                 t.name
             )));
         }
+        // Steering is written beside the pack in this controller's run directory; a pod is
+        // delivered the pack's ConfigMap only.
+        if !req.steering.is_empty() {
+            return Err(ApiError::Refused(format!(
+                "steering is delivered to runs on this controller only, not to the Kubernetes target `{}`",
+                t.name
+            )));
+        }
     }
     Ok(target)
 }
@@ -469,6 +522,7 @@ fn dispatchable<'a>(
 pub(crate) async fn check(app: &App, team_id: &str, req: &LaunchRequest) -> ApiResult<()> {
     req.compile_params()?;
     req.max_secs()?;
+    req.steering_files()?;
     let target = dispatchable(app, req)?;
     let scratch = app.tmp_dir().join(new_id());
     let history = History::none(app.config.engine.history_max_bytes);

@@ -337,6 +337,8 @@ pub struct Admitted {
     pub cap_skipped: Vec<(usize, String)>,
     /// Each task in a named sandbox, by task name.
     pub sandboxes: BTreeMap<String, crate::sandbox::Named>,
+    /// The run's steering files, read and checked (`steering`).
+    pub steering: Vec<(String, String)>,
 }
 
 pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
@@ -377,6 +379,10 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
     };
     let a = admission(plan, &req.manifest, sub)
         .map_err(|refused| RunError::refused(refused.join("\n  ")))?;
+    let steering = match &req.steering {
+        Some(dir) => crate::steering::read(dir).map_err(RunError::refused)?,
+        None => Vec::new(),
+    };
     Ok(Admitted {
         max_cost,
         max_secs,
@@ -387,6 +393,7 @@ pub fn admit(req: &RunRequest) -> Result<Admitted, RunError> {
         truncating: a.caps.truncating,
         cap_skipped: a.caps.skipped,
         sandboxes: a.sandboxes,
+        steering,
     })
 }
 
@@ -480,6 +487,7 @@ mod tests {
             model: None,
             max_files_bytes: crate::files::DEFAULT_MAX_FILES_BYTES,
             groups: Default::default(),
+            steering: None,
         };
         (dir, req)
     }

@@ -228,6 +228,10 @@ struct Ctx {
     /// Each turn's stdout and stderr, kept for the operator.
     logs: crate::tasklog::Logs,
     goal: Option<String>,
+    /// The run's steering files (`steering`), for agent prompts, and their directory, which
+    /// every task reads (`CRUCIBLE_STEERING_DIR`).
+    steering: Vec<(String, String)>,
+    steering_dir: Option<PathBuf>,
     /// `--harness` / `--model`: above every task's own setting.
     launch_harness: Option<String>,
     launch_model: Option<String>,
@@ -533,6 +537,11 @@ pub async fn execute(
     taskfiles::exclude_inputs(&run_dir.join("memory")).map_err(state_err("git memory"))?;
     let memory = Arc::new(git::Memory::open(&ws).map_err(state_err("git memory"))?);
     let prices = crate::admit::prices(&req.manifest);
+    // Per-run steering, beside the pack (RFC-0002:C-PACK-BASE): read-only to every task.
+    let steering_dir = (req.steering.as_deref())
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(refused("the steering directory"))?;
     let ctx = Arc::new(Ctx {
         ws,
         pack_dir: std::path::absolute(&req.manifest.dir).map_err(refused("pack directory"))?,
@@ -542,13 +551,16 @@ pub async fn execute(
         run_deadline,
         agents: Agents::new(&adm, &run_dir, &req.inference, &prices)?,
         sandbox: match sandbox_mode {
-            crate::sandbox::Mode::Namespaces => Some(crate::sandbox::Sandbox::new(
-                &req.manifest.manifest.sandbox.expose,
-                &req.manifest.dir,
-                &state_dir,
-                &run_dir,
-                &req.hidden,
-            )),
+            crate::sandbox::Mode::Namespaces => Some(
+                crate::sandbox::Sandbox::new(
+                    &req.manifest.manifest.sandbox.expose,
+                    &req.manifest.dir,
+                    &state_dir,
+                    &run_dir,
+                    &req.hidden,
+                )
+                .also_readable(steering_dir.as_deref()),
+            ),
             crate::sandbox::Mode::Off(_) => None,
         },
         sandboxes: adm.sandboxes.clone(),
@@ -570,6 +582,8 @@ pub async fn execute(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         goal: adm.goal.clone(),
+        steering: adm.steering.clone(),
+        steering_dir: steering_dir.clone(),
         launch_harness: req.harness.clone(),
         launch_model: req.model.clone(),
         default_harness: agent.harness.clone(),

@@ -25,6 +25,7 @@ pub mod runbook;
 pub mod sandbox;
 pub mod series;
 pub mod state;
+pub mod steering;
 pub mod taskenv;
 mod taskfiles;
 mod taskio;
@@ -90,6 +91,9 @@ pub struct RunRequest {
     pub decider: Option<std::sync::Arc<dyn decision::Decider>>,
     /// The operator's bounds on evidence and notes.
     pub decision_bounds: decision::Bounds,
+    /// The run's steering directory (`steering`): per-run input beside the pack, never in it;
+    /// every task reads it read-only, agent prompts carry it marked as external input.
+    pub steering: Option<PathBuf>,
 }
 
 /// How a run starts (RFC-0002:C-PLAYBOOK-RESUME, C-PLAYBOOK-RERUN).

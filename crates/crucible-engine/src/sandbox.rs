@@ -183,6 +183,13 @@ impl Sandbox {
         }
     }
 
+    /// Binds `dir` read-only into every attempt at its own path, after the hidden directories
+    /// are hidden (a run's steering, beside its pack inside a controller's hidden state).
+    pub fn also_readable(mut self, dir: Option<&Path>) -> Sandbox {
+        self.readable.extend(dir.map(Path::to_path_buf));
+        self
+    }
+
     /// The sandbox `spawn` runs in: the layout described at the top of this module, in this
     /// order (a later mount covers an earlier one), within `bounds`.
     pub fn jail(&self, spawn: &Spawn, bounds: Bounds) -> Jail {

@@ -16,7 +16,12 @@ use serde_json::Value;
 pub const BASE: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ"];
 
 /// The contract every command, evaluate and agent task receives from the engine.
-pub const CONTRACT: &[&str] = &["CRUCIBLE_TASK", "CRUCIBLE_INPUTS_FILE", "CRUCIBLE_INPUTS"];
+pub const CONTRACT: &[&str] = &[
+    "CRUCIBLE_TASK",
+    "CRUCIBLE_INPUTS_FILE",
+    "CRUCIBLE_INPUTS",
+    "CRUCIBLE_STEERING_DIR",
+];
 
 /// The base and declared variables of one launch, read once when the run starts.
 #[derive(Clone, Debug, Default)]

@@ -84,6 +84,12 @@ pub(super) async fn run(
     if inputs_text.len() <= crucible_plan::ceilings::INPUTS_ENV_MAX {
         contract.push(("CRUCIBLE_INPUTS".into(), inputs_text.clone()));
     }
+    if let Some(dir) = &ctx.steering_dir {
+        contract.push((
+            "CRUCIBLE_STEERING_DIR".into(),
+            dir.to_string_lossy().into_owned(),
+        ));
+    }
     let skill_dir = task.skill.as_ref().map(|dir| ctx.pack_dir.join(dir));
     if let Some(dir) = &skill_dir {
         contract.push((
@@ -100,6 +106,7 @@ pub(super) async fn run(
             prompt: task.prompt.as_deref().unwrap_or_default(),
             inputs: &inputs,
             skill_dir: skill_dir.as_deref(),
+            steering: &ctx.steering,
         }) {
             Ok(p) => p,
             Err(e) => {
