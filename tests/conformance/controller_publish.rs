@@ -809,10 +809,7 @@ fn pack_publish_transient_retried_permanent_failed_until_asked() {
         publication(&server, &perm, 1, "published");
 
         // A registry nobody answers on: transient, pending with the connection error.
-        let dead = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let dead = format!("127.0.0.1:{}", crate::support::CLOSED_PORT);
         server.restart_with(
             &store,
             &["--registry", &format!("http://{dead}/crucible/packs")],

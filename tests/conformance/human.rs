@@ -5,7 +5,7 @@
 
 use crate::fanout::star;
 use crate::http_double::{HttpDouble, Seen};
-use crate::support::{Pack, Ran, BIN};
+use crate::support::{Pack, Ran, BIN, CLOSED_PORT};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -341,15 +341,11 @@ fn answers_outside_the_rules_fail_the_route() {
 #[test]
 fn an_unreachable_controller_is_a_transport_failure() {
     let p = pack("30s");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let r = p
         .command(&p.run_args(&["--cap", "human"]))
         .env(
             "CRUCIBLE_DECISIONS_URL",
-            &format!("http://127.0.0.1:{port}"),
+            &format!("http://127.0.0.1:{CLOSED_PORT}"),
         )
         .run();
     assert_eq!(r.code, 3, "{r:?}");

@@ -3,7 +3,7 @@
 
 use crate::fanout::star;
 use crate::http_double::HttpDouble;
-use crate::support::{Pack, Ran};
+use crate::support::{Pack, Ran, CLOSED_PORT};
 use serde_json::{json, Value};
 
 const WORKFLOW: &str = r#"judge = command(name = "judge",
@@ -150,13 +150,8 @@ fn bad_answers_fail_and_server_errors_are_transport() {
 // then settled `transport` naming it, its dependents blocked.
 #[test]
 fn an_unreachable_decision_model_is_transport() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let binding = format!(
-        r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "system_one", "url": "http://127.0.0.1:{closed}/v1/systemone", "model": "s1-test"}}]}}"#
+        r#"{{"version": 1, "bindings": [{{"role": "decision", "protocol": "system_one", "url": "http://127.0.0.1:{CLOSED_PORT}/v1/systemone", "model": "s1-test"}}]}}"#
     );
     let p = pack();
     let r = p

@@ -225,6 +225,11 @@ impl From<std::process::Output> for Ran {
     }
 }
 
+/// A loopback port nothing listens on, for an unreachable peer. Port 1 lies outside the
+/// kernel's ephemeral range, so no other test's listener can be given it, as a freed ephemeral
+/// port can be while the test still counts on it being closed.
+pub const CLOSED_PORT: u16 = 1;
+
 /// A loopback HTTP server answering every connection `HTTP/1.0 200 OK`: its port. What a task
 /// with a network reaches and one without cannot.
 pub fn loopback_server() -> u16 {
