@@ -273,7 +273,7 @@ fn what_a_runbook_needs_that_cannot_be_enforced_is_refused_before_dispatch() {
             contract("triage", &read_exec, false, false),
             "",
             &["--no-sandbox"],
-            "task `triage` runs runbook `triage`, whose effect classes leave out network: only the bubblewrap sandbox takes those away",
+            "task `triage` runs runbook `triage`, whose effect classes leave out network: only the task sandbox takes those away",
         ),
         (
             contract("triage", &read_exec, false, false),

@@ -231,7 +231,7 @@ fn observe(dir: Option<&PackDir>, path: &str) -> ArtifactRecord {
 /// How a run could enforce a runbook's bounds: what admission knows of the substrate.
 #[derive(Clone, Copy, Debug)]
 pub struct Enforcement {
-    /// Attempts run in the bubblewrap sandbox.
+    /// Attempts run in the task sandbox.
     pub sandboxed: bool,
     /// Agent turns run on the command backend (`agent_cmd`), not a harness CLI.
     pub command_backend: bool,
@@ -257,7 +257,7 @@ pub fn unenforceable(task: &str, rb: &TaskRunbook, how: Enforcement) -> Vec<Stri
     let forbids = |class: &str| !rb.allows(class);
     if !how.sandboxed && (forbids(NETWORK) || forbids(WRITE)) {
         out.push(format!(
-            "{at}, whose effect classes leave out {}: only the bubblewrap sandbox takes those away, and this run opted out of it ({} or {})",
+            "{at}, whose effect classes leave out {}: only the task sandbox takes those away, and this run opted out of it ({} or {})",
             [NETWORK, WRITE].into_iter().filter(|c| forbids(c)).collect::<Vec<_>>().join(" and "),
             crate::sandbox::FLAG,
             crate::sandbox::MANIFEST_KEY
