@@ -747,17 +747,43 @@ fn as_pod(kube: &KubeDouble, server: &Server, id: &str, dir: &std::path::Path) -
             .unwrap()
     };
     let token = String::from_utf8(b64(&by_kind("Secret")["data"]["token"])).unwrap();
-    let archive = b64(&by_kind("ConfigMap")["binaryData"]["pack.tar.gz"]);
+    let config_map = |key: &str| {
+        let found = objects
+            .iter()
+            .find(|(kind, o)| kind == "ConfigMap" && o.get(key).is_some());
+        found.map(|(_, o)| o)
+    };
+    let archive = b64(&config_map("binaryData").unwrap()["binaryData"]["pack.tar.gz"]);
     let (pack, state) = (dir.join("pack"), dir.join("state"));
+    let steering = dir.join("steering");
     tar::Archive::new(flate2::read::GzDecoder::new(&archive[..]))
         .unpack(&pack)
         .unwrap();
     std::fs::create_dir(&state).unwrap();
     let container = &by_kind("Job")["spec"]["template"]["spec"]["containers"][0];
+    // The steering ConfigMap's files where the Job mounts them (`subPath`, read-only): each
+    // mount of the `steering` volume is one of its keys, at `/steering/KEY`.
+    for m in container["volumeMounts"].as_array().unwrap() {
+        if m["name"] != "steering" {
+            continue;
+        }
+        assert_eq!(m["readOnly"], true, "{m}");
+        let key = m["subPath"].as_str().unwrap();
+        assert_eq!(m["mountPath"], format!("/steering/{key}"), "{m}");
+        let text = config_map("data").unwrap()["data"][key].as_str().unwrap();
+        std::fs::create_dir_all(&steering).unwrap();
+        std::fs::write(steering.join(key), text).unwrap();
+        std::fs::set_permissions(
+            steering.join(key),
+            std::os::unix::fs::PermissionsExt::from_mode(0o444),
+        )
+        .unwrap();
+    }
     let env = container["env"].as_array().unwrap();
     let value = |n: &str| env.iter().find(|e| e["name"] == n).unwrap()["value"].clone();
     assert_eq!(value("CRUCIBLE_CONTROLLER_RUN"), id);
-    // The Job's command as the pod runs it, `/pack` and `/state` being these directories and
+    // The Job's command as the pod runs it, `/pack`, `/state` and `/steering` being these
+    // directories and
     // `crucible` this build; the controller reached at its loopback address.
     let command: Vec<String> = container["command"]
         .as_array()
@@ -767,6 +793,7 @@ fn as_pod(kube: &KubeDouble, server: &Server, id: &str, dir: &std::path::Path) -
             let c = c.as_str().unwrap();
             c.replace("/pack", pack.to_str().unwrap())
                 .replace("/state", state.to_str().unwrap())
+                .replace("/steering", steering.to_str().unwrap())
         })
         .collect();
     let bin_dir = std::path::Path::new(BIN).parent().unwrap();
@@ -898,4 +925,140 @@ fn kubernetes_dispatched_job_asks_the_controllers_approvers() {
     kube.wait("the finished run's objects deleted", |_| {
         objects_of(&kube, &id).is_empty()
     });
+}
+
+// RFC-0002:C-PACK-BASE on a Kubernetes target (issue 17 with per-run steering) — a launch's
+// steering goes beside the pack, never in it: its own immutable ConfigMap (text under `data`),
+// every file mounted read-only at `/steering/NAME` by `subPath`, the Job's `plan run` handed
+// `--steering-dir /steering` as the local executor hands the engine its steering directory;
+// the objects pass `kubernetes-validate --strict`, `remote render` shows the same. The Job's
+// own command, run as its pod would run it, has a (sandboxed, hostile) task read the steering
+// file and be refused changing it, an agent's prompt carry it inside the external-input
+// markers; the delivered pack's digest is unchanged and holds no steering. Once the run ended
+// the steering ConfigMap is deleted with the run's other objects.
+#[test]
+fn kubernetes_pack_base_steering_delivered_beside_the_pack() {
+    use crate::controller::pack_digest;
+    use crate::controller_runs::{push_dir, row};
+    use crate::controller_steering::{AGENT, FOCUS, MANIFEST, PROBE};
+    let store = Store::all().remove(0);
+    let kube = KubeDouble::start("s3cret");
+    // Outside /tmp: a task's sandbox empties /tmp.
+    let dir = crate::support::probe_dir();
+    let targets = dispatch_targets(&kube, dir.path());
+    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("crucible.toml"), MANIFEST).unwrap();
+    std::fs::write(src.path().join("probe.py"), PROBE).unwrap();
+    std::fs::write(src.path().join("agent.py"), AGENT).unwrap();
+    let digest = push_dir(&server, "p", src.path());
+    let steering = json!({ "focus.md": FOCUS });
+
+    // Rendered: the steering ConfigMap beside the pack's, mounted beside /pack.
+    let (s, v) = server.post_json(
+        "/v1/render",
+        &server.admin,
+        json!({ "pack": digest, "max_cost": 1, "max_time": "10m", "target": "shared",
+                "steering": steering }),
+    );
+    assert_eq!(s, 200, "{v}");
+    let yaml = v["yaml"].as_str().unwrap();
+    validate(yaml);
+    let docs: Vec<Value> = yaml
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_yaml::from_str::<Value>(d).unwrap())
+        .collect();
+    assert_eq!(
+        kinds(&docs),
+        ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
+    );
+    let cm = docs
+        .iter()
+        .find(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-steering")
+        })
+        .unwrap();
+    assert_eq!(cm["data"], steering, "{cm}");
+    assert_eq!(cm["immutable"], true, "{cm}");
+    assert!(cm.get("binaryData").is_none(), "{cm}");
+
+    // Dispatched.
+    let (s, v) = launch(
+        &server,
+        &server.admin,
+        json!({ "pack": digest, "max_cost": 1, "max_time": "10m", "target": "shared",
+                "steering": steering }),
+    );
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let job_path = job_of(&kube, &id);
+    let objects = objects_of(&kube, &id);
+    validate_sent(&objects);
+    let steering_cms: Vec<&Value> = objects
+        .iter()
+        .filter(|(k, o)| k == "ConfigMap" && o.get("data").is_some())
+        .map(|(_, o)| o)
+        .collect();
+    assert_eq!(steering_cms.len(), 1, "{objects:?}");
+    assert_eq!(steering_cms[0]["data"], steering);
+    assert_eq!(steering_cms[0]["immutable"], true);
+    let job = &objects.iter().find(|(k, _)| k == "Job").unwrap().1;
+    let pod = &job["spec"]["template"]["spec"];
+    let command = pod["containers"][0]["command"].to_string();
+    assert!(
+        command.contains(r#""--steering-dir","/steering""#),
+        "{command}"
+    );
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "steering")
+        .unwrap();
+    assert_eq!(
+        volume["configMap"]["name"],
+        steering_cms[0]["metadata"]["name"]
+    );
+
+    // The Job's own command, as its pod runs it.
+    let out = as_pod(&kube, &server, &id, dir.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kube.set_job_condition(&job_path, "Complete", "Completed");
+    let run = wait_run(&server, &id, ended);
+    assert_eq!(run["state"], "finished", "{run}");
+    assert_eq!(run["verdict"], "valid", "{run}");
+    let probe = &row(&run, "probe")["output"];
+    assert_eq!(probe["text"], FOCUS, "{probe}");
+    assert_eq!(
+        probe["dir"],
+        json!(dir.path().join("steering").to_string_lossy()),
+        "{probe}"
+    );
+    for attempt in ["created", "appended", "removed", "chmod", "renamed"] {
+        assert_eq!(probe[attempt], "refused", "{attempt}: {probe}");
+    }
+    let prompt = row(&run, "steered")["output"]["prompt"].as_str().unwrap();
+    let at = prompt
+        .find(FOCUS.trim())
+        .expect("the steering is in the prompt");
+    assert!(
+        prompt[..at].contains("[steering focus.md]"),
+        "marked: {prompt}"
+    );
+    // Beside the tree, never in it.
+    assert_eq!(pack_digest(&dir.path().join("pack")), digest);
+    assert!(!dir.path().join("pack/focus.md").exists());
+    assert!(!dir.path().join("pack/steering").exists());
+    kube.wait(
+        "the run's objects, its steering ConfigMap too, deleted",
+        |_| objects_of(&kube, &id).is_empty(),
+    );
 }

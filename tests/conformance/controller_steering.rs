@@ -11,14 +11,14 @@ use crate::controller_runs::{ended, launch, push_dir, row, wait_run};
 use crate::support::probe_dir;
 use serde_json::json;
 
-const MANIFEST: &str = "[workspace]\ninject = [\"probe.py\", \"agent.py\"]\n\
+pub(crate) const MANIFEST: &str = "[workspace]\ninject = [\"probe.py\", \"agent.py\"]\n\
     [agent]\nbackend = \"command\"\nagent_cmd = \"python3 agent.py\"\n\
     [workflow]\ntype = \"playbook\"\n\
     [[workflow.task]]\nname = \"probe\"\nkind = \"command\"\nrun = \"python3 probe.py\"\n\
     [[workflow.task]]\nname = \"steered\"\nkind = \"agent\"\nprompt = \"Tidy the docs.\"\n";
 
 /// A hostile command task: reads the steering, then tries to change it every way it can.
-const PROBE: &str = r#"import json, os
+pub(crate) const PROBE: &str = r#"import json, os
 d = os.environ.get("CRUCIBLE_STEERING_DIR", "")
 def tries(f):
     try:
@@ -39,12 +39,12 @@ print(json.dumps({
 "#;
 
 /// The agent stand-in: its result is the prompt it was given.
-const AGENT: &str = r#"import json, os
+pub(crate) const AGENT: &str = r#"import json, os
 prompt = open(os.environ["CRUCIBLE_PROMPT_FILE"]).read()
 json.dump({"prompt": prompt}, open("PLAN_TASK_RESULT.json", "w"))
 "#;
 
-const FOCUS: &str = "Only the docs: leave the code alone.\n";
+pub(crate) const FOCUS: &str = "Only the docs: leave the code alone.\n";
 
 // RFC-0002:C-PACK-BASE — per-run steering delivered beside the pack's tree, never in it: the
 // run's `pack/` is the stored tree under its digest, untouched; `steering/` beside it holds the

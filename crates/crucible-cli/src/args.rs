@@ -620,6 +620,10 @@ pub struct RunArgs {
     /// Continue the most recent run from its session log.
     #[arg(long)]
     pub resume: bool,
+    /// The run's steering files, as a controller delivers them beside the pack (a dispatched
+    /// run's pod, docs/kubernetes.md): read-only to every task (`CRUCIBLE_STEERING_DIR`).
+    #[arg(long = "steering-dir", value_name = "DIR")]
+    pub steering_dir: Option<PathBuf>,
     /// Launch the run in the local series NAME, kept in the state directory: the series'
     /// earlier runs are the history its tasks read (for a crontab line; docs/series.md).
     #[arg(long, value_name = "NAME", value_parser = series, conflicts_with = "resume")]

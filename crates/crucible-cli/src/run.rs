@@ -156,8 +156,9 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         groups: Default::default(),
         decider: crate::decide::decider()?,
         decision_bounds: crate::decide::bounds()?,
-        // Steering is the controller's (`crucible remote launch --steer`).
-        steering: None,
+        // Steering is the controller's (`crucible remote launch --steer`): delivered beside
+        // the pack, handed here by a dispatched run's pod (docs/kubernetes.md).
+        steering: args.steering_dir.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

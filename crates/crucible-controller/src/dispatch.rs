@@ -6,7 +6,8 @@
 //! 1. **Create** the run's objects in the target's namespace through the Kubernetes API
 //!    (`kubeapi`): the Secret holding the run's token, the pack's ConfigMap (or nothing, for an
 //!    image volume), the state claim, the Job; in that order, each carrying the run's id
-//!    (`kube::RUN_ANNOTATION`). An object already there under its name is success only when it
+//!    (`kube::RUN_ANNOTATION`); a launch with steering adds its steering ConfigMap after the
+//!    pack's. An object already there under its name is success only when it
 //!    is this run's (a dispatch a crash interrupted, tried again). Once all exist the run records
 //!    `dispatched_at`, and nothing creates them again: a restarted controller only watches.
 //!    Network errors, 429 and 5xx are retried with backoff; any other refusal ends the run
@@ -16,7 +17,7 @@
 //!    does after a grace for the report to arrive.
 //! 3. **Clean up** once the run is terminal (by its report, a failure recorded here, or `stop`,
 //!    which deletes the Job first, `delete_job`):
-//!    the Job (its pods in the background), the Secret, the ConfigMap and, last, the state claim
+//!    the Job (its pods in the background), the Secret, the ConfigMaps and, last, the state claim
 //!    (kept while the run could still resume from it); then `cleaned_at`.
 //!
 //! A controller that starts drives every target run still `running` or not cleaned up.
@@ -162,6 +163,7 @@ async fn run_objects(
     let launch: LaunchRequest =
         serde_json::from_str(&request).map_err(|e| anyhow::anyhow!("the recorded launch: {e}"))?;
     let params = launch.compile_params()?;
+    let steering = launch.steering_files()?;
     let secs = launch.max_secs()?.unwrap_or_default();
     let cost = launch.max_cost.unwrap_or_default();
     let controller_url = target.controller_url.as_deref().unwrap_or_default();
@@ -181,6 +183,7 @@ async fn run_objects(
         cost,
         secs,
         delivery,
+        &steering,
         id,
         Some(&run),
     );

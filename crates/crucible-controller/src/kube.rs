@@ -18,7 +18,7 @@ use axum::Json;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ImageVolumeSource, LocalObjectReference, PersistentVolumeClaim,
+    EnvVarSource, ImageVolumeSource, KeyToPath, LocalObjectReference, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
     PodTemplateSpec, Secret, SecretKeySelector, SecurityContext, Volume, VolumeMount,
     VolumeResourceRequirements,
@@ -317,6 +317,7 @@ pub async fn render(
     let launch = &launch;
     let (_, team_id) = editable_team(&caller, launch.team.clone(), "rendering a launch")?;
     let params = launch.compile_params()?;
+    let steering = launch.steering_files()?;
     let secs = launch
         .max_secs()?
         .ok_or_else(|| ApiError::Refused("a launch needs --max-time".into()))?;
@@ -347,7 +348,7 @@ pub async fn render(
         .expect("candidates are never empty");
     let delivery = delivery(&app, &target, &digest).await?;
     let how = delivery.how();
-    let launch_key = render_key(&target, &digest, &params, cost, secs);
+    let launch_key = render_key(&target, &digest, &params, &steering, cost, secs);
     let objects = objects(
         &target,
         &digest,
@@ -355,6 +356,7 @@ pub async fn render(
         cost,
         secs,
         delivery,
+        &steering,
         &launch_key,
         None,
     );
@@ -372,7 +374,14 @@ pub async fn render(
 }
 
 /// A rendering's stand-in for the run id in its names: a hash of what the launch sets.
-fn render_key(target: &Target, digest: &str, params: &[String], cost: f64, secs: u64) -> String {
+fn render_key(
+    target: &Target,
+    digest: &str,
+    params: &[String],
+    steering: &[(String, String)],
+    cost: f64,
+    secs: u64,
+) -> String {
     let mut h = Sha256::new();
     for part in [
         target.name.as_str(),
@@ -382,6 +391,7 @@ fn render_key(target: &Target, digest: &str, params: &[String], cost: f64, secs:
     ]
     .into_iter()
     .chain(params.iter().map(String::as_str))
+    .chain(steering.iter().flat_map(|(n, t)| [n.as_str(), t.as_str()]))
     {
         h.update(part.as_bytes());
         h.update([0]);
@@ -480,22 +490,30 @@ impl Object {
 }
 
 /// The kinds of object a launch creates, in the order they are deleted once its run ended.
+/// `Steering` is the second ConfigMap, holding the launch's steering (when it has any).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Kind {
     Job,
     Secret,
     ConfigMap,
+    Steering,
     Claim,
 }
 
-pub(crate) const KINDS: [Kind; 4] = [Kind::Job, Kind::Secret, Kind::ConfigMap, Kind::Claim];
+pub(crate) const KINDS: [Kind; 5] = [
+    Kind::Job,
+    Kind::Secret,
+    Kind::ConfigMap,
+    Kind::Steering,
+    Kind::Claim,
+];
 
 /// The collection `kind` is created in, in `namespace`.
 pub(crate) fn collection(kind: Kind, namespace: &str) -> String {
     match kind {
         Kind::Job => format!("/apis/batch/v1/namespaces/{namespace}/jobs"),
         Kind::Secret => format!("/api/v1/namespaces/{namespace}/secrets"),
-        Kind::ConfigMap => format!("/api/v1/namespaces/{namespace}/configmaps"),
+        Kind::ConfigMap | Kind::Steering => format!("/api/v1/namespaces/{namespace}/configmaps"),
         Kind::Claim => format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims"),
     }
 }
@@ -509,12 +527,23 @@ pub(crate) fn object_name(kind: Kind, digest: &str, key: &str) -> String {
     match kind {
         Kind::Job | Kind::ConfigMap => name,
         Kind::Secret => format!("{name}-token"),
+        Kind::Steering => format!("{name}-steering"),
         Kind::Claim => format!("{name}-state"),
     }
 }
 
+// The steering ConfigMap holds text under `data`, so its size is the steering's own bound plus
+// its names: far under the 1 MiB an object may hold (RFC-0002:C-PACK-BASE).
+const _: () = assert!(
+    crucible_engine::steering::MAX_BYTES + crucible_engine::steering::MAX_FILES * 64 < 512 * 1024
+);
+
+/// Where a dispatched run's pod finds its steering: beside `/pack`, never in it.
+const STEERING_DIR: &str = "/steering";
+
 /// The objects of one launch, in the order they are created: the run's Secret (dispatched
-/// only), the ConfigMap (when the pack goes as one), the state claim and the Job.
+/// only), the ConfigMap (when the pack goes as one), the steering ConfigMap (when the launch
+/// carries steering), the state claim and the Job.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn objects(
     target: &Target,
@@ -523,6 +552,7 @@ pub(crate) fn objects(
     cost: f64,
     secs: u64,
     delivery: Delivery,
+    steering: &[(String, String)],
     key: &str,
     run: Option<&RunIdentity>,
 ) -> Vec<Object> {
@@ -582,6 +612,51 @@ pub(crate) fn objects(
         run_args.push("--param".into());
         run_args.push(p.clone());
     }
+    let mut mounts = Vec::new();
+    let mut volumes = Vec::new();
+    // Per-run steering (RFC-0002:C-PACK-BASE), beside the pack and never in it: its own
+    // immutable ConfigMap, each file mounted read-only at `/steering/NAME` by `subPath` (a
+    // ConfigMap volume's files are symlinks into `..data`, which the engine's steering reader
+    // refuses: it takes regular files only), handed to the engine as the local executor hands
+    // it, its steering directory (`plan run --steering-dir`).
+    let steering_cm = (!steering.is_empty()).then(|| {
+        let cm_name = object_name(Kind::Steering, digest, key);
+        run_args.push("--steering-dir".into());
+        run_args.push(STEERING_DIR.into());
+        volumes.push(Volume {
+            name: "steering".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: cm_name.clone(),
+                items: Some(
+                    steering
+                        .iter()
+                        .map(|(n, _)| KeyToPath {
+                            key: n.clone(),
+                            path: n.clone(),
+                            mode: Some(0o444),
+                        })
+                        .collect(),
+                ),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        for (n, _) in steering {
+            mounts.push(VolumeMount {
+                name: "steering".into(),
+                mount_path: format!("{STEERING_DIR}/{n}"),
+                sub_path: Some(n.clone()),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+        ConfigMap {
+            metadata: meta(&cm_name),
+            data: Some(steering.iter().cloned().collect()),
+            immutable: Some(true),
+            ..ConfigMap::default()
+        }
+    });
     // The first pod starts the run; a pod the Job starts again (a node lost, a pod evicted)
     // finds the run in the state claim and resumes it (RFC-0002:C-PLAYBOOK-RESUME). Parameter
     // values reach `crucible` as arguments ("$@"), never through the shell's parsing.
@@ -594,7 +669,7 @@ pub(crate) fn objects(
         "crucible".into(),
     ];
     command.extend(run_args);
-    let mut mounts = vec![
+    mounts.extend([
         VolumeMount {
             name: "state".into(),
             mount_path: "/state".into(),
@@ -606,15 +681,15 @@ pub(crate) fn objects(
             read_only: Some(true),
             ..VolumeMount::default()
         },
-    ];
-    let mut volumes = vec![Volume {
+    ]);
+    volumes.push(Volume {
         name: "state".into(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
             claim_name: state.clone(),
             read_only: None,
         }),
         ..Volume::default()
-    }];
+    });
     let mut init = Vec::new();
     let mut pull_secrets = None;
     match delivery {
@@ -686,6 +761,7 @@ pub(crate) fn objects(
                 .map(|s| vec![LocalObjectReference { name: s }]);
         }
     }
+    out.extend(steering_cm.map(Object::ConfigMap));
     let claim = PersistentVolumeClaim {
         metadata: meta(&state),
         spec: Some(PersistentVolumeClaimSpec {
@@ -703,7 +779,7 @@ pub(crate) fn objects(
         ..PersistentVolumeClaim::default()
     };
     out.push(Object::Claim(Box::new(claim)));
-    mounts.sort_by(|a, b| a.name.cmp(&b.name));
+    mounts.sort_by(|a, b| (&a.name, &a.mount_path).cmp(&(&b.name, &b.mount_path)));
     let job = Job {
         metadata: meta(&name),
         spec: Some(JobSpec {

@@ -504,14 +504,6 @@ fn dispatchable<'a>(
                 t.name
             )));
         }
-        // Steering is written beside the pack in this controller's run directory; a pod is
-        // delivered the pack's ConfigMap only.
-        if !req.steering.is_empty() {
-            return Err(ApiError::Refused(format!(
-                "steering is delivered to runs on this controller only, not to the Kubernetes target `{}`",
-                t.name
-            )));
-        }
     }
     Ok(target)
 }
