@@ -115,16 +115,21 @@ pub(crate) fn new_token() -> anyhow::Result<String> {
     Ok(format!("cru_{}", hex::encode(bytes)))
 }
 
+/// The token a request presents as `Authorization: Bearer …`, for a person or a run alike.
+pub(crate) fn bearer(parts: &Parts) -> ApiResult<&str> {
+    parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthenticated)
+}
+
 impl FromRequestParts<App> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> ApiResult<Caller> {
-        let token = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(ApiError::Unauthenticated)?;
+        let token = bearer(parts)?;
         let row = sqlx::query(
             "SELECT s.id, s.name FROM tokens t JOIN subjects s ON s.id = t.subject_id \
              WHERE t.hash = $1",

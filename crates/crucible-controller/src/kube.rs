@@ -312,8 +312,7 @@ pub async fn render(
     caller: Caller,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
-    let launch: LaunchRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the render is not well-formed: {e}")))?;
+    let launch = LaunchRequest::parse(&body, "render")?;
     let launch = &launch;
     let (_, team_id) = editable_team(&caller, launch.team.clone(), "rendering a launch")?;
     let params = launch.compile_params()?;

@@ -62,6 +62,12 @@ pub struct LaunchRequest {
 }
 
 impl LaunchRequest {
+    /// A request body read as a launch; `what` names it in the refusal (a launch, a render).
+    pub(crate) fn parse(body: &[u8], what: &str) -> ApiResult<LaunchRequest> {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("the {what} is not well-formed: {e}")))
+    }
+
     /// The compile's `--param` list: parameters as `name=value`, settings as `a.b=value`.
     pub(crate) fn compile_params(&self) -> ApiResult<Vec<String>> {
         let mut out = Vec::with_capacity(self.params.len() + self.settings.len());
@@ -408,8 +414,7 @@ pub async fn launch(
     caller: Caller,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
-    let req: LaunchRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the launch is not well-formed: {e}")))?;
+    let req = LaunchRequest::parse(&body, "launch")?;
     let (team, team_id) = editable_team(&caller, req.team.clone(), "launching a run")?;
     let launcher = Launcher {
         subject: &caller.id,

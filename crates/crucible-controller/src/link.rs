@@ -12,7 +12,7 @@
 
 use crate::db::{new_id, now_ms};
 use crate::error::{ApiError, ApiResult};
-use crate::identity::{hash_token, new_token, Caller};
+use crate::identity::{bearer, hash_token, new_token, Caller};
 use crate::launches::{candidates, LaunchRequest};
 use crate::packs::editable_team;
 use crate::{audit, App};
@@ -117,8 +117,7 @@ pub async fn create(
     caller: Caller,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
-    let req: LaunchRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the launch is not well-formed: {e}")))?;
+    let req = LaunchRequest::parse(&body, "launch")?;
     let (_, team_id) = editable_team(&caller, req.team.clone(), "recording a remote run")?;
     req.compile_params()?;
     req.max_secs()?;
@@ -181,12 +180,7 @@ impl FromRequestParts<App> for RunCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> ApiResult<RunCaller> {
-        let token = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(ApiError::Unauthenticated)?;
+        let token = bearer(parts)?;
         let row: Option<(String, String)> = sqlx::query_as(
             "SELECT r.id, r.team_id FROM run_tokens t JOIN runs r ON r.id = t.run_id \
              WHERE t.hash = $1 AND r.state = 'running' AND r.executor = $2",
