@@ -6,8 +6,8 @@
 
 use crate::controller::{file, tar_of, Server, Store};
 use crate::controller_runs::{ended, events, launch, wait_run};
+use crate::support::poll;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 const WORKFLOW: &str = r#"scan = command(name = "scan", run = "echo '{\"jobs\": [\"j1\", \"j2\"]}'", emits = ["jobs"])
 gate = route(name = "gate", depends_on = [scan], human = True, timeout = "TIMEOUT",
@@ -65,20 +65,15 @@ fn an_approver_answers_a_runs_decision_through_the_api() {
         assert_eq!(s, 200, "{}: {v}", server.store);
         let run = v["id"].as_str().unwrap().to_string();
 
-        let until = Instant::now() + Duration::from_secs(60);
-        let listed = loop {
+        let listed = poll(60, || {
             let (s, v) = server.get("/v1/decisions", &ann);
             assert_eq!(s, 200, "{v}");
-            if let Some(d) = v["decisions"].as_array().and_then(|a| a.first()) {
-                break d.clone();
-            }
-            assert!(
-                Instant::now() < until,
-                "{}: the request never opened",
-                server.store
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
+            v["decisions"]
+                .as_array()
+                .and_then(|a| a.first())
+                .cloned()
+                .ok_or_else(|| format!("{}: the request never opened", server.store))
+        });
         assert_eq!(listed["run"], run.as_str());
         assert_eq!(listed["route"], "gate");
         let evidence_digest = listed["digest"].clone();
@@ -193,14 +188,10 @@ fn an_approver_answers_a_runs_decision_through_the_api() {
         );
         let run = v["id"].as_str().unwrap().to_string();
         let path = format!("/v1/runs/{run}/decisions/gate");
-        while server.get(&path, &ann).0 != 200 {
-            assert!(
-                Instant::now() < until,
-                "{}: the request never opened",
-                server.store
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        poll(60, || match server.get(&path, &ann).0 {
+            200 => Ok(()),
+            _ => Err(format!("{}: the request never opened", server.store)),
+        });
         let (s, v) = server.post_json(&format!("/v1/runs/{run}/stop"), &rita, json!({}));
         assert_eq!(s, 200, "{v}");
         let v = wait_run(&server, &run, ended);
@@ -285,19 +276,10 @@ fn an_approver_answers_a_runbook_gate_through_the_api() {
         assert_eq!(s, 200, "{}: {v}", server.store);
         let run = v["id"].as_str().unwrap().to_string();
         let path = format!("/v1/runs/{run}/decisions/triage:approve-plan");
-        let until = Instant::now() + Duration::from_secs(60);
-        let shown = loop {
-            let (s, v) = server.get(&path, &ann);
-            if s == 200 {
-                break v;
-            }
-            assert!(
-                Instant::now() < until,
-                "{}: the gate never opened",
-                server.store
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let shown = poll(60, || match server.get(&path, &ann) {
+            (200, v) => Ok(v),
+            _ => Err(format!("{}: the gate never opened", server.store)),
+        });
         assert_eq!(shown["state"], "open", "{shown}");
         assert_eq!(
             shown["evidence"]["stage"],

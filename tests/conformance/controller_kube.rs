@@ -732,6 +732,27 @@ fn kubernetes_trust_marked_by_an_admin_changes_render_and_dispatch() {
     }
 }
 
+/// The pod `as_pod` ran has exited 0: its Job is marked complete, and the run the engine
+/// reported is awaited and must have ended finished and valid.
+fn pod_finished(
+    kube: &KubeDouble,
+    server: &Server,
+    id: &str,
+    job_path: &str,
+    out: std::process::Output,
+) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kube.set_job_condition(job_path, "Complete", "Completed");
+    let run = wait_run(server, id, ended);
+    assert_eq!(run["state"], "finished", "{run}");
+    assert_eq!(run["verdict"], "valid", "{run}");
+    run
+}
+
 /// The Job of run `id` as its pod would run it, here: the pack unpacked from the ConfigMap the
 /// controller created into `dir/pack`, an empty `dir/state`, the Job's container command with
 /// `/pack` and `/state` being those directories and `crucible` this build, the environment the
@@ -825,15 +846,7 @@ fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
     let id = launch_on(&server, &digest, "shared");
     let job_path = job_of(&kube, &id);
     let out = as_pod(&kube, &server, &id, dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    kube.set_job_condition(&job_path, "Complete", "Completed");
-    let run = wait_run(&server, &id, ended);
-    assert_eq!(run["state"], "finished", "{run}");
-    assert_eq!(run["verdict"], "valid", "{run}");
+    pod_finished(&kube, &server, &id, &job_path, out);
     kube.wait("the finished run's objects deleted", |_| {
         objects_of(&kube, &id).is_empty()
     });
@@ -899,15 +912,7 @@ fn kubernetes_dispatched_job_asks_the_controllers_approvers() {
     );
     assert_eq!(s, 200, "{v}");
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    kube.set_job_condition(&job_path, "Complete", "Completed");
-    let run = wait_run(&server, &id, ended);
-    assert_eq!(run["state"], "finished", "{run}");
-    assert_eq!(run["verdict"], "valid", "{run}");
+    let run = pod_finished(&kube, &server, &id, &job_path, out);
     let status = |task: &str| {
         run["rows"]
             .as_array()
@@ -1026,15 +1031,7 @@ fn kubernetes_pack_base_steering_delivered_beside_the_pack() {
 
     // The Job's own command, as its pod runs it.
     let out = as_pod(&kube, &server, &id, dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    kube.set_job_condition(&job_path, "Complete", "Completed");
-    let run = wait_run(&server, &id, ended);
-    assert_eq!(run["state"], "finished", "{run}");
-    assert_eq!(run["verdict"], "valid", "{run}");
+    let run = pod_finished(&kube, &server, &id, &job_path, out);
     let probe = &row(&run, "probe")["output"];
     assert_eq!(probe["text"], FOCUS, "{probe}");
     assert_eq!(

@@ -7,7 +7,7 @@
 use crate::controller::{Server, Store};
 use crate::controller_runs::push;
 use crate::fanout::star;
-use crate::support::{Pack, BIN};
+use crate::support::{poll, Pack, BIN};
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -68,8 +68,7 @@ fn engine(p: &Pack, run: &Value) -> Child {
 
 /// The open request of run `id` as `approver` is listed it, within a minute.
 pub(crate) fn listed(server: &Server, approver: &str, id: &str) -> Value {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll(60, || {
         let (s, v) = server.get("/v1/decisions", approver);
         assert_eq!(s, 200, "{v}");
         let found = v["decisions"]
@@ -77,16 +76,10 @@ pub(crate) fn listed(server: &Server, approver: &str, id: &str) -> Value {
             .unwrap()
             .iter()
             .find(|d| d["run"] == id);
-        if let Some(d) = found {
-            return d.clone();
-        }
-        assert!(
-            Instant::now() < until,
-            "{}: the request never opened",
-            server.store
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        found
+            .cloned()
+            .ok_or_else(|| format!("{}: the request never opened", server.store))
+    })
 }
 
 /// Waits for the engine to exit: its exit code, stdout and stderr.
@@ -358,19 +351,14 @@ fn controller_log(server: &Server, id: &str) -> String {
 
 /// Waits until `check` holds of the controller's log of run `id`, for at most a minute.
 fn wait_log(server: &Server, id: &str, check: impl Fn(&str) -> bool) -> String {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll(60, || {
         let log = controller_log(server, id);
         if check(&log) {
-            return log;
+            Ok(log)
+        } else {
+            Err(format!("{}: the log never got there: {log}", server.store))
         }
-        assert!(
-            Instant::now() < until,
-            "{}: the log never got there: {log}",
-            server.store
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 /// Registers the three-task pack: the pack and its digest.

@@ -3,12 +3,12 @@
 //! loopback runs command playbooks on its embedded engine, on SQLite and on PostgreSQL.
 
 use crate::controller::{file, noise, pack_digest, tar_of, Server, Store};
-use crate::support::BIN;
+use crate::support::{poll, BIN};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A command playbook: `a`, then `b` (which sleeps `b_secs`), then `c`.
 fn chain(b_secs: u32) -> String {
@@ -72,20 +72,15 @@ pub(crate) fn wait_run_as(
     id: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll(60, || {
         let (s, v) = server.get(&format!("/v1/runs/{id}"), token);
         assert_eq!(s, 200, "{}: {v}", server.store);
         if done(&v) {
-            return v;
+            Ok(v)
+        } else {
+            Err(format!("{}: the run never got there: {v}", server.store))
         }
-        assert!(
-            Instant::now() < until,
-            "{}: the run never got there: {v}",
-            server.store
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 pub(crate) fn ended(v: &Value) -> bool {

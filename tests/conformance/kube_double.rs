@@ -9,11 +9,11 @@
 //! and records every request.
 
 use crate::http_double::{HttpDouble, Seen};
+use crate::support::poll;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct Cluster {
@@ -192,18 +192,16 @@ impl KubeDouble {
 
     /// Waits (at most a minute) until `done` holds of the objects that exist.
     pub fn wait(&self, what: &str, done: impl Fn(&BTreeMap<String, Value>) -> bool) {
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
+        poll(60, || {
             let objects = self.objects();
             if done(&objects) {
-                return;
+                Ok(())
+            } else {
+                Err(format!(
+                    "the cluster never got to {what}: {:?}",
+                    objects.keys()
+                ))
             }
-            assert!(
-                Instant::now() < until,
-                "the cluster never got to {what}: {:?}",
-                objects.keys()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     }
 }

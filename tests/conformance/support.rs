@@ -225,6 +225,19 @@ impl From<std::process::Output> for Ran {
     }
 }
 
+/// Polls `probe` every 100 ms for at most `secs` seconds until it gives a value; while it
+/// gives `Err(why)`, `why` is the failure's message once the time is up.
+pub fn poll<T>(secs: u64, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        match probe() {
+            Ok(v) => return v,
+            Err(why) => assert!(std::time::Instant::now() < until, "{why}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// A loopback port nothing listens on, for an unreachable peer. Port 1 lies outside the
 /// kernel's ephemeral range, so no other test's listener can be given it, as a freed ephemeral
 /// port can be while the test still counts on it being closed.
