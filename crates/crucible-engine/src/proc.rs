@@ -3,7 +3,9 @@
 //! Every attempt runs its [`Spawn`] (a command's `sh -c`, a harness turn's argv) as the leader
 //! of its own process group, with exactly the environment the spawn carries. A deadline, the wall-clock
 //! ceiling or an operator stop kills the whole group: TERM, a short grace, then KILL, so
-//! grandchildren a task left in the background die with it. When the leader exits on its own,
+//! grandchildren a task left in the background die with it (a sandboxed attempt's group is
+//! killed at once: its leader is PID 1 of its namespace, which ignores TERM unless it handles it,
+//! and its exit kills everything in the namespace). When the leader exits on its own,
 //! whatever it left running in its group is killed too: the attempt is over.
 //!
 //! Groups are tracked per run ([`ProcessGroups`], owned by the run and passed to each attempt),
@@ -12,11 +14,14 @@
 use crucible_agent::spawn::Spawn;
 use std::collections::HashSet;
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -240,46 +245,30 @@ pub async fn run(
     lines: Option<mpsc::UnboundedSender<Vec<u8>>>,
     groups: &ProcessGroups,
 ) -> io::Result<Finished> {
-    let Some((program, args)) = spawn.argv.split_first() else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty argv"));
-    };
     seal_inherited_fds();
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(&spawn.cwd)
-        .env_clear()
-        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if let Some(jail) = jail {
-        // SAFETY: the hook only makes async-signal-safe system calls on data prepared before
-        // the fork (sandbox::jail).
-        unsafe { cmd.pre_exec(jail.pre_exec()) };
-    }
-    let mut child = cmd.spawn()?;
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let (mut child, mut out, mut err) = match jail {
+        Some(jail) => Child::jailed(jail.spawn(&spawn.argv, &spawn.env)?)?,
+        None => Child::plain(spawn)?,
+    };
+    let (pgid, init) = (child.pid(), matches!(child, Child::Jailed(_)));
     groups.register(pgid);
-    let mut out = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
     let read_out = tokio::spawn(async move { read_tail(&mut out, STDOUT_KEEP, lines).await });
     let read_err = tokio::spawn(async move { read_tail(&mut err, STDERR_KEEP, None).await });
     let current = *abort.borrow();
     let ended = if current != Abort::None {
-        kill_group(pgid).await;
+        kill_group(pgid, init).await;
         let _ = child.wait().await;
         aborted(current)
     } else {
         tokio::select! {
             status = child.wait() => Ended::Exited(status?),
             _ = tokio::time::sleep_until(deadline.at) => {
-                kill_group(pgid).await;
+                kill_group(pgid, init).await;
                 let _ = child.wait().await;
                 if deadline.own_limit { Ended::TimedOut } else { Ended::WallClock }
             }
             why = wait_abort(&mut abort) => {
-                kill_group(pgid).await;
+                kill_group(pgid, init).await;
                 let _ = child.wait().await;
                 aborted(why)
             }
@@ -287,7 +276,7 @@ pub async fn run(
     };
     // Whatever the attempt left running in its group dies with it, so its pipes close too.
     if group_alive(pgid) {
-        kill_group(pgid).await;
+        kill_group(pgid, init).await;
     }
     groups.unregister(pgid);
     let stdout = read_out.await.unwrap_or_default();
@@ -297,6 +286,144 @@ pub async fn run(
         stdout,
         stderr,
     })
+}
+
+/// A stream of the attempt's output.
+type Output = Box<dyn AsyncRead + Unpin + Send>;
+
+/// An attempt's process: std's child (unsandboxed), or the sandboxed task the engine started
+/// itself (`sandbox::Jail::spawn`).
+enum Child {
+    Plain(tokio::process::Child),
+    Jailed(Jailed),
+}
+
+impl Child {
+    fn plain(spawn: &Spawn) -> io::Result<(Child, Output, Output)> {
+        let Some((program, args)) = spawn.argv.split_first() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty argv"));
+        };
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .current_dir(&spawn.cwd)
+            .env_clear()
+            .envs(spawn.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()?;
+        let out = Box::new(child.stdout.take().expect("piped stdout"));
+        let err = Box::new(child.stderr.take().expect("piped stderr"));
+        Ok((Child::Plain(child), out, err))
+    }
+
+    fn jailed(task: crate::sandbox::Jailed) -> io::Result<(Child, Output, Output)> {
+        use tokio::net::unix::pipe::Receiver;
+        let pid = task.pid;
+        let adopt = move || -> io::Result<(Child, Output, Output)> {
+            let out = Box::new(Receiver::from_owned_fd(task.stdout)?);
+            let err = Box::new(Receiver::from_owned_fd(task.stderr)?);
+            // SAFETY: an OwnedFd's descriptor stays open and the same until the AsyncFd drops it.
+            let pidfd = unsafe {
+                AsyncFd::register_with_interest(task.pidfd, tokio::io::Interest::READABLE)
+            }
+            .map_err(io::Error::from)?;
+            let child = Jailed {
+                pid,
+                pidfd,
+                status: None,
+                mount_ns: task.mount_ns,
+            };
+            Ok((Child::Jailed(child), out, err))
+        };
+        adopt().inspect_err(|_| {
+            // The task runs but cannot be watched: it ends here, reaped.
+            // SAFETY: kill(2) and waitpid(2) of our own unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut 0, 0);
+            }
+        })
+    }
+
+    fn pid(&self) -> i32 {
+        match self {
+            Child::Plain(c) => c.id().map_or(0, |p| p as i32),
+            Child::Jailed(j) => j.pid,
+        }
+    }
+
+    /// Waits for the process to exit (cancel-safe: waiting again after a cancelled wait is fine).
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match self {
+            Child::Plain(c) => c.wait().await,
+            Child::Jailed(j) => j.wait().await,
+        }
+    }
+}
+
+/// A sandboxed task, reaped by its pid once its pidfd says it exited.
+struct Jailed {
+    pid: i32,
+    pidfd: AsyncFd<OwnedFd>,
+    status: Option<ExitStatus>,
+    /// Dropped off the attempt's path once it is reaped (`sandbox::Jailed::mount_ns`).
+    mount_ns: Option<OwnedFd>,
+}
+
+impl Jailed {
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.status {
+                return Ok(status);
+            }
+            let mut ready = self.pidfd.readable().await?;
+            let mut raw = 0;
+            // SAFETY: reaps our own child without blocking.
+            match unsafe { libc::waitpid(self.pid, &mut raw, libc::WNOHANG) } {
+                0 => ready.clear_ready(),
+                r if r == self.pid => {
+                    self.status = Some(ExitStatus::from_raw(raw));
+                    self.release_namespace();
+                }
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the attempt's mount namespace on a blocking thread: the close tears it down.
+    fn release_namespace(&mut self) {
+        if let Some(ns) = self.mount_ns.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(move || drop(ns))),
+                Err(_) => drop(ns),
+            }
+        }
+    }
+}
+
+impl Drop for Jailed {
+    /// An attempt dropped before its task was reaped (its future was cancelled): the task is
+    /// killed and reaped off this thread, so it neither runs on nor stays a zombie.
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let pid = self.pid;
+            // SAFETY: kill(2) of our own unreaped child (its pid cannot be reused before it is reaped).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            std::thread::spawn(move || {
+                let mut raw = 0;
+                // SAFETY: reaps our own child.
+                unsafe { libc::waitpid(pid, &mut raw, 0) };
+            });
+        }
+        self.release_namespace();
+    }
 }
 
 pub(crate) fn aborted(why: Abort) -> Ended {
@@ -324,9 +451,15 @@ fn group_alive(pgid: i32) -> bool {
     pgid > 0 && unsafe { libc::kill(-pgid, 0) } == 0
 }
 
-/// TERM, a short grace, then KILL, to the whole group.
-async fn kill_group(pgid: i32) {
+/// TERM, a short grace, then KILL, to the whole group; KILL at once when its leader is the
+/// init of a sandbox's PID namespace (`init`), which TERM would not reach.
+async fn kill_group(pgid: i32, init: bool) {
     if pgid <= 0 {
+        return;
+    }
+    if init {
+        // SAFETY: kill(2) on a process group we created.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
         return;
     }
     // SAFETY: kill(2) on a process group we created.

@@ -26,8 +26,8 @@ mod jail;
 
 use crucible_agent::spawn::Spawn;
 use crucible_pack::manifest::Manifest;
-pub use jail::Jail;
 use jail::{Bind, Plan, Step};
+pub use jail::{Jail, Jailed};
 use std::path::{Path, PathBuf};
 
 /// How the run's attempts are spawned.
@@ -76,7 +76,6 @@ fn plan(binds: Vec<Bind>, steps: Vec<Step>, cwd: &Path, no_network: bool) -> Pla
         cwd: jail::c_path(cwd),
         no_network,
         user_maps: (!jail::may_mount()).then(jail::own_maps),
-        engine: std::process::id() as libc::pid_t,
     }
 }
 
@@ -282,5 +281,60 @@ mod tests {
             f.ended
         );
         assert!(ws.join("made").exists());
+    }
+
+    // The engine starts a sandboxed task itself: a program that is not there is a failure to
+    // start (a transport failure of the attempt, as std's spawn reports it), never a hang or a
+    // task that ran; one that is there runs with exactly the spawn's environment, its output
+    // piped back, its exit status kept.
+    #[tokio::test]
+    async fn a_sandboxed_spawn_starts_what_is_there_and_refuses_what_is_not() {
+        let top = tempfile::tempdir().unwrap();
+        let (pack, ws) = (top.path().join("pack"), top.path().join("ws"));
+        std::fs::create_dir_all(&ws).unwrap();
+        let sb = Sandbox::new(
+            &[],
+            &pack,
+            &pack.join("state"),
+            &pack.join("state/runs/r"),
+            &[],
+        );
+        let path = (
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        );
+        let groups = crate::proc::ProcessGroups::default();
+        let deadline = || Deadline {
+            at: Instant::now() + Duration::from_secs(30),
+            own_limit: true,
+        };
+        let (_tx, rx) = watch::channel(Abort::None);
+        let missing = Spawn {
+            argv: vec!["crucible-no-such-program".into()],
+            env: vec![path.clone()],
+            cwd: ws.clone(),
+            mounts: Vec::new(),
+        };
+        let jail = sb.jail(&missing, Bounds::default());
+        let err = run(&missing, Some(&jail), deadline(), rx.clone(), None, &groups)
+            .await
+            .expect_err("a missing program is not started");
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+        let spawn = Spawn::shell(
+            "echo \"$ONLY:$HOME\"; echo err >&2; exit 7",
+            &ws,
+            vec![path, ("ONLY".into(), "this".into())],
+        );
+        let jail = sb.jail(&spawn, Bounds::default());
+        let f = run(&spawn, Some(&jail), deadline(), rx, None, &groups)
+            .await
+            .unwrap();
+        assert!(
+            matches!(f.ended, Ended::Exited(s) if s.code() == Some(7)),
+            "{:?}",
+            f.ended
+        );
+        assert_eq!(f.stdout, b"this:\n");
+        assert_eq!(f.stderr, b"err\n");
     }
 }

@@ -1,28 +1,40 @@
-//! The sandbox made in the attempt's own child, between `fork` and `exec` (issue 11, item 1):
+//! The sandbox made in the attempt's own process, between `clone` and `exec` (issue 11, item 1):
 //! namespaces, mounts and capabilities by system calls, no helper program and no new root.
 //!
-//! Everything here runs in a child of a multi-threaded process, so it only makes raw system
-//! calls on data prepared before the fork ([`Plan`]): no allocation, no lock, no formatting.
-//! The child std forks for the attempt (the leader of the attempt's process group, which the
-//! engine waits for and kills) makes a PID namespace and forks once more; that second child is
-//! the task, PID 1 of the namespace, so when it exits the kernel kills everything left in it
-//! (`setsid` survivors included). The first child only waits and exits with the task's status
-//! (128 + the signal's number when a signal ended it); both die with their parent
-//! (`PR_SET_PDEATHSIG`), so nothing outlives the engine. The task makes its own mount, IPC and
-//! (in a named sandbox) network namespaces, then builds the layout `super` describes: every
-//! bind source captured from the host's tree first (`open_tree`), so hiding a directory never
-//! hides what is bound from inside it; the whole tree read-only, `nosuid` and `nodev`, applied
-//! recursively (`mount_setattr`); a minimal `/dev`, a fresh `/proc` (the host's would reach
-//! the hidden directories through `/proc/<engine>/root`), a private `/tmp`; the binds and the
-//! hidden directories' empty tmpfs mounts in the order `super` gives. Last it drops every
+//! The engine starts a sandboxed attempt itself ([`Jail::spawn`]), not through std's `Command`:
+//! one `clone` with `CLONE_VM | CLONE_VFORK` (as `posix_spawn` does: the child runs on a stack of
+//! its own in the engine's memory, and the calling thread waits until it has called `exec`, so
+//! no page table is copied) that also makes the attempt's PID, mount and IPC namespaces (and, in
+//! a named sandbox, its network namespace; and for an engine without `CAP_SYS_ADMIN`, a user
+//! namespace mapping only its own ids). The child is the task: the engine's direct child and
+//! PID 1 of its namespace, so when it exits or is killed the kernel kills everything left in
+//! it (`setsid` survivors included), and it dies with the engine (`PR_SET_PDEATHSIG`). It leads
+//! its own process group, as every attempt does. Measured against the shape it replaces (std's
+//! `fork`, a second `fork` for PID 1, both copying the engine's page tables) in bench/README.md,
+//! "The sandbox's cost".
+//!
+//! Until `exec` the child shares the engine's memory, so it only makes raw system calls on data
+//! prepared before the `clone` ([`Launch`]): no allocation, no lock, no formatting, and every
+//! signal handler reset before signals are unblocked. It builds the layout `super` describes:
+//! every bind source captured from the host's tree first (`open_tree`), so hiding a directory
+//! never hides what is bound from inside it; the whole tree read-only, `nosuid` and `nodev`,
+//! applied recursively (`mount_setattr`); a minimal `/dev`, a fresh `/proc` (the host's would
+//! reach the hidden directories through `/proc/<engine>/root`), a private `/tmp`; the binds and
+//! the hidden directories' empty tmpfs mounts in the order `super` gives. Last it drops every
 //! capability and sets `no_new_privs`. A step that fails writes which one and its errno to the
 //! task's stderr and exits 126, so the attempt fails naming it.
+//!
+//! The engine holds the attempt's mount namespace ([`Jailed::mount_ns`]) until the attempt is
+//! over: the process that drops the last reference to a mount namespace tears it down (every
+//! mount released after an RCU grace period) before its exit is reported, which would otherwise
+//! be paid at the end of every attempt; the engine drops it afterwards, off the attempt's path.
 
 use std::ffi::{CStr, CString};
-use std::io;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A host path bound into the sandbox at the same path.
 pub struct Bind {
@@ -53,7 +65,7 @@ pub enum Step {
     Hide(CString, Vec<CString>),
 }
 
-/// Everything an attempt's sandbox needs, prepared before the fork.
+/// Everything an attempt's sandbox needs, prepared before the `clone`.
 pub struct Plan {
     pub binds: Vec<Bind>,
     pub steps: Vec<Step>,
@@ -62,76 +74,266 @@ pub struct Plan {
     /// The `/proc/self/uid_map` and `gid_map` lines when the engine lacks `CAP_SYS_ADMIN` (not
     /// root): the namespaces are then made inside a new user namespace mapping only its ids.
     pub user_maps: Option<(CString, CString)>,
-    /// The engine's pid: a first child whose parent already changed exits at once.
-    pub engine: libc::pid_t,
 }
 
-/// A prepared sandbox, cheap to clone into a spawn's `pre_exec`.
+/// A prepared sandbox, cheap to clone.
 #[derive(Clone)]
 pub struct Jail(Arc<Plan>);
+
+/// A sandboxed attempt's process, started by [`Jail::spawn`]: the caller waits for it through
+/// `pidfd` and reaps it by `pid`.
+pub struct Jailed {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The attempt's mount namespace, when it could be opened: drop it once the attempt is
+    /// reaped, off the attempt's path (the module's header).
+    pub mount_ns: Option<OwnedFd>,
+}
+
+/// What the cloned child reads in place (it shares the engine's memory until `exec`).
+struct Launch<'a> {
+    plan: &'a Plan,
+    /// The bind sources' and device nodes' detached trees, filled in by the child.
+    fds: &'a mut [libc::c_int],
+    dev: [libc::c_int; DEV_NODES.len()],
+    /// The task's stdin, stdout and stderr.
+    stdio: [libc::c_int; 3],
+    /// The program, its argv and its environment (null-terminated); no program: make the
+    /// sandbox and exit 0 ([`Jail::try_make`]).
+    program: Option<&'a CStr>,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    /// Set by the child when `exec` failed.
+    errno: libc::c_int,
+}
 
 impl Jail {
     pub fn new(plan: Plan) -> Jail {
         Jail(Arc::new(plan))
     }
 
-    /// The hook to run in the spawned child before `exec`: it returns only in the task.
-    pub fn pre_exec(&self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
-        let plan = self.0.clone();
-        let mut fds: Vec<libc::c_int> = vec![-1; plan.binds.len()];
-        let mut dev: [libc::c_int; DEV_NODES.len()] = [-1; DEV_NODES.len()];
-        move || {
-            // SAFETY: runs in the forked child only, on data prepared before the fork, with
-            // async-signal-safe system calls (see `enter`).
-            unsafe { enter(&plan, &mut fds, &mut dev) };
-            Ok(())
+    /// Starts `argv` with exactly `env` in this sandbox, in its working directory: stdin
+    /// `/dev/null`, stdout and stderr piped. A program named without a `/` is looked up in
+    /// `env`'s `PATH` first. `Err` when it could not be started (its `exec` failed): a transport
+    /// failure of the attempt, as a failed spawn is.
+    pub fn spawn(&self, argv: &[String], env: &[(String, String)]) -> io::Result<Jailed> {
+        let Some(program) = argv.first() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty argv"));
+        };
+        let program = resolve(program, env)?;
+        let args = argv
+            .iter()
+            .map(|a| cstring(a.as_bytes()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let vars = env
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let argv_ptrs = null_terminated(&args);
+        let envp_ptrs = null_terminated(&vars);
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let null = std::fs::File::open("/dev/null")?;
+        let mut fds = vec![-1; self.0.binds.len()];
+        let mut launch = Launch {
+            plan: &self.0,
+            fds: &mut fds,
+            dev: [-1; DEV_NODES.len()],
+            stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+            program: Some(&program),
+            argv: &argv_ptrs,
+            envp: &envp_ptrs,
+            errno: 0,
+        };
+        let (pid, pidfd) = clone_task(&mut launch)?;
+        let failed = launch.errno;
+        drop((out_w, err_w, null));
+        if failed != 0 {
+            reap(pid);
+            return Err(io::Error::from_raw_os_error(failed));
+        }
+        let mount_ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+            .ok()
+            .map(OwnedFd::from);
+        Ok(Jailed {
+            pid,
+            pidfd,
+            stdout: out_r,
+            stderr: err_r,
+            mount_ns,
+        })
+    }
+
+    /// Makes this sandbox in a child that exits at once instead of running a program: `Err`
+    /// holds what the child wrote (the failed step) or how it ended.
+    pub fn try_make(&self) -> Result<(), String> {
+        let fail = |e: io::Error| e.to_string();
+        let (err_r, err_w) = pipe().map_err(fail)?;
+        let null = std::fs::File::open("/dev/null").map_err(fail)?;
+        let mut fds = vec![-1; self.0.binds.len()];
+        let mut launch = Launch {
+            plan: &self.0,
+            fds: &mut fds,
+            dev: [-1; DEV_NODES.len()],
+            stdio: [null.as_raw_fd(), null.as_raw_fd(), err_w.as_raw_fd()],
+            program: None,
+            argv: &[],
+            envp: &[],
+            errno: 0,
+        };
+        let (pid, _pidfd) = clone_task(&mut launch).map_err(fail)?;
+        drop((err_w, null));
+        let mut said = String::new();
+        let _ = std::fs::File::from(err_r).read_to_string(&mut said);
+        match reap(pid) {
+            0 => Ok(()),
+            _ if !said.trim().is_empty() => Err(said),
+            status => Err(format!("the sandbox's child ended with status {status:#x}")),
         }
     }
 }
 
-impl Jail {
-    /// Makes this sandbox in a child that exits at once instead of running a program: `Err`
-    /// holds what the child wrote (the failed step) or how it ended.
-    pub fn try_make(&self) -> Result<(), String> {
-        use std::io::Read;
-        let mut ends = [0; 2];
-        // SAFETY: pipe2 fills the two descriptors it is given.
-        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error().to_string());
-        }
-        let mut hook = self.pre_exec();
-        // SAFETY: the child only moves the pipe onto stderr, runs the hook (async-signal-safe,
-        // see `enter`) and exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: as above.
-            unsafe {
-                libc::dup2(ends[1], 2);
-                let _ = hook();
-                libc::_exit(0)
-            }
-        }
-        // SAFETY: the write end is ours to close; the read end becomes a File that owns it.
-        let mut said = String::new();
-        unsafe {
-            libc::close(ends[1]);
-            use std::os::fd::FromRawFd;
-            let _ = std::fs::File::from_raw_fd(ends[0]).read_to_string(&mut said);
-        }
-        if pid < 0 {
-            return Err(io::Error::last_os_error().to_string());
-        }
-        let mut status = 0;
-        // SAFETY: waits for the child forked above.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        match status {
-            0 => Ok(()),
-            _ if !said.trim().is_empty() => Err(said),
-            _ => Err(format!(
-                "the sandbox's first child ended with status {status:#x}"
-            )),
-        }
+/// Where `program` is: itself when it names a path, else the first executable file of that name
+/// in `env`'s `PATH` (as `execvp` would search, done before the `clone`).
+fn resolve(program: &str, env: &[(String, String)]) -> io::Result<CString> {
+    if program.contains('/') {
+        return cstring(program.as_bytes());
     }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", |(_, v)| v.as_str());
+    let found = std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|c| is_executable(c.as_path()))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{program:?} is not in PATH"),
+            )
+        })?;
+    cstring(found.as_os_str().as_bytes())
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a NUL byte in an argument or the environment",
+        )
+    })
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain([std::ptr::null()])
+        .collect()
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors it is given.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two fresh descriptors, owned from here on.
+    Ok(unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) })
+}
+
+/// Waits for `pid` (a child of ours) and returns its wait status.
+fn reap(pid: libc::pid_t) -> libc::c_int {
+    let mut status = 0;
+    // SAFETY: waits for our own child; retried when a signal interrupts it.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+    status
+}
+
+/// A pidfd of the engine itself, opened once: the child checks through it that the engine is
+/// still alive once its parent-death signal is set (-1 where the kernel has no pidfds).
+fn engine_pidfd() -> libc::c_int {
+    static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    FD.get_or_init(|| {
+        // SAFETY: pidfd_open of our own pid; the descriptor is close-on-exec by definition.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        // SAFETY: a fresh descriptor, owned from here on.
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+    })
+    .as_ref()
+    .map_or(-1, AsRawFd::as_raw_fd)
+}
+
+/// The child's stack: the child runs only `task` and the system calls it makes.
+const STACK: usize = 256 << 10;
+
+/// Clones the task (see the module's header); returns once it has called `exec`, or exited.
+fn clone_task(launch: &mut Launch) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let plan = launch.plan;
+    let mut flags = libc::CLONE_VM
+        | libc::CLONE_VFORK
+        | libc::CLONE_PIDFD
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWIPC
+        | libc::SIGCHLD;
+    if plan.no_network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    if plan.user_maps.is_some() {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    engine_pidfd();
+    // SAFETY: an anonymous private mapping, unmapped below once the child no longer uses it.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: every signal is blocked around the clone, so no handler of the engine's runs on
+    // the child's stack before the child has reset them all; with CLONE_VFORK the clone returns
+    // once the child has called exec or exited, so `launch` and the stack outlive its use.
+    let (pid, err) = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            task,
+            stack.cast::<u8>().add(STACK).cast(),
+            flags,
+            (launch as *mut Launch).cast(),
+            &mut pidfd as *mut libc::c_int,
+        );
+        let err = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        libc::munmap(stack, STACK);
+        (pid, err)
+    };
+    if pid < 0 {
+        return Err(err);
+    }
+    // SAFETY: CLONE_PIDFD stored a fresh descriptor for the child, ours to own.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
 }
 
 /// Whether the engine holds `CAP_SYS_ADMIN`: without it the namespaces need a user namespace.
@@ -243,49 +445,60 @@ unsafe fn check(r: libc::c_long, step: &[u8], what: &CStr) {
     }
 }
 
-/// The first child's part, then (in the task) the layout; returns only in the task.
-unsafe fn enter(plan: &Plan, fds: &mut [libc::c_int], dev: &mut [libc::c_int]) {
-    check(
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into(),
-        b"prctl",
-        c"PDEATHSIG",
-    );
-    if libc::getppid() != plan.engine {
-        libc::_exit(126);
-    }
-    // The engine's signal handlers are inherited and this child never execs: signals it gets
-    // (the group's TERM) must act by default, never reach the engine's handlers.
-    for sig in 1..32 {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            libc::signal(sig, libc::SIG_DFL);
+/// The cloned child: the task, PID 1 of its new namespaces. It never returns: it calls `exec`
+/// (or, making no program, exits 0 once the sandbox is made).
+extern "C" fn task(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Launch` the engine's thread keeps alive until this child has called
+    // exec or exited (CLONE_VFORK); everything below is a raw system call on prepared data.
+    unsafe {
+        let launch = &mut *arg.cast::<Launch>();
+        // Signals act by default before they are unblocked: none of the engine's handlers may
+        // run here, in its memory.
+        for sig in 1..=64 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
         }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for (to, fd) in launch.stdio.iter().enumerate() {
+            if libc::dup2(*fd, to as libc::c_int) < 0 {
+                libc::_exit(126);
+            }
+        }
+        check(
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into(),
+            b"prctl",
+            c"PDEATHSIG",
+        );
+        // The engine died before the parent-death signal was set: nothing would ever kill this.
+        let mut engine = libc::pollfd {
+            fd: engine_pidfd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if engine.fd >= 0 && libc::poll(&mut engine, 1, 0) != 0 {
+            libc::_exit(126);
+        }
+        check(libc::setpgid(0, 0).into(), b"setpgid", c"own group");
+        enter(launch.plan, launch.fds, &mut launch.dev);
+        let Some(program) = launch.program else {
+            libc::_exit(0)
+        };
+        libc::execve(program.as_ptr(), launch.argv.as_ptr(), launch.envp.as_ptr());
+        launch.errno = *libc::__errno_location();
+        libc::_exit(127)
     }
-    let mut flags = libc::CLONE_NEWPID;
-    if plan.user_maps.is_some() {
-        flags |= libc::CLONE_NEWUSER;
-    }
-    check(libc::unshare(flags).into(), b"unshare", c"pid");
+}
+
+/// The layout, in the task; returns in it.
+unsafe fn enter(plan: &Plan, fds: &mut [libc::c_int], dev: &mut [libc::c_int]) {
     if let Some((uid_map, gid_map)) = &plan.user_maps {
         write_file(c"/proc/self/uid_map", uid_map);
         write_file(c"/proc/self/setgroups", c"deny");
         write_file(c"/proc/self/gid_map", gid_map);
     }
-    let task = libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0);
-    check(task, b"fork", c"task");
-    if task > 0 {
-        wait_and_exit(task as libc::pid_t);
-    }
-    // The task, PID 1 of its namespace: it dies with the first child.
-    check(
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into(),
-        b"prctl",
-        c"PDEATHSIG",
-    );
-    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
-    if plan.no_network {
-        flags |= libc::CLONE_NEWNET;
-    }
-    check(libc::unshare(flags).into(), b"unshare", c"mount");
     check(
         libc::mount(
             std::ptr::null(),
@@ -408,28 +621,6 @@ unsafe fn enter(plan: &Plan, fds: &mut [libc::c_int], dev: &mut [libc::c_int]) {
     }
     drop_privileges();
 }
-
-/// The first child: waits for the task and exits as it did.
-unsafe fn wait_and_exit(task: libc::pid_t) -> ! {
-    // It needs no descriptor, and must not hold std's exec-status pipe open: the engine's spawn
-    // returns only when every copy is closed.
-    libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0);
-    let mut status = 0;
-    loop {
-        let r = libc::waitpid(task, &mut status, 0);
-        if r == task {
-            break;
-        }
-        if r < 0 && *libc::__errno_location() != libc::EINTR {
-            libc::_exit(126);
-        }
-    }
-    if libc::WIFEXITED(status) {
-        libc::_exit(libc::WEXITSTATUS(status));
-    }
-    libc::_exit(128 + libc::WTERMSIG(status))
-}
-
 unsafe fn write_file(path: &CStr, text: &CStr) {
     let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
     check(fd.into(), b"open", path);
