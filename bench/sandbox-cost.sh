@@ -3,11 +3,13 @@
 #
 #   bench/sandbox-cost.sh [path/to/crucible]
 #
-# 1. The shapes alone (bench/sandbox-shapes.c, compiled with cc): ROUNDS rounds of SPAWNS spawns
-#    of `sh -c "echo '{}'"` plain, under one `bwrap` each (the engine's former shape), in
-#    namespaces made in the child, and the same with the mount namespace's teardown kept off the
-#    spawn's path, the shapes alternated within each round; prints each shape's median
-#    milliseconds per spawn and its cost over plain.
+# 1. The shapes alone (bench/sandbox-shapes.c, compiled with cc; its header says each): ROUNDS
+#    rounds of SPAWNS spawns of `sh -c "echo '{}'"` by fork and by vfork, under one `bwrap` each
+#    (the engine's first shape), in namespaces made after a fork and a second fork (its second),
+#    the same with the mount namespace's teardown kept off the spawn's path, and in one
+#    vfork-style clone that makes the namespaces (its shape now), the shapes alternated within
+#    each round, from a launcher holding BALLAST MiB (24: an engine's resident size); prints
+#    each shape's median milliseconds per spawn and its cost over vplain.
 # 2. The engine, two workloads of N `echo '{}'` command tasks: a chain (serial, so nothing hides
 #    a spawn) and independent isolated tasks (--jobs 2), each run sandboxed and with
 #    --no-sandbox, alternated, PAIRS times; prints the median wall times and the sandbox's cost
@@ -19,24 +21,26 @@ set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-7} SPAWNS=${SPAWNS:-100} N=${N:-100} PAIRS=${PAIRS:-7}
+# MiB of memory the shapes' launcher holds and writes to, as an engine does (its resident size).
+BALLAST=${BALLAST:-24}
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 cc -O2 -pthread -o "$WORK/shapes" "$(dirname "$0")/sandbox-shapes.c"
-shapes=(plain native kept)
+shapes=(plain vplain native kept clone)
 command -v bwrap >/dev/null && shapes+=(bwrap)
 for _ in $(seq 1 "$ROUNDS"); do
   for s in "${shapes[@]}"; do
-    echo "$s $("$WORK/shapes" "$s" "$SPAWNS" "$WORK/s")" >> "$WORK/shapes.txt"
+    echo "$s $(BALLAST=$BALLAST "$WORK/shapes" "$s" "$SPAWNS" "$WORK/s")" >> "$WORK/shapes.txt"
   done
 done
-plain=$(awk '$1 == "plain" { print $2 }' "$WORK/shapes.txt" | median)
+base=$(awk '$1 == "vplain" { print $2 }' "$WORK/shapes.txt" | median)
 for s in "${shapes[@]}"; do
   m=$(awk -v s="$s" '$1 == s { print $2 }' "$WORK/shapes.txt" | median)
-  printf '%-7s %7.2f ms per spawn  (+%.2f ms over plain; median of %s rounds of %s)\n' \
-    "$s" "$m" "$(echo "$m - $plain" | bc -l)" "$ROUNDS" "$SPAWNS"
+  printf '%-7s %7.2f ms per spawn  (%+.2f ms over vplain, the unsandboxed spawn; median of %s rounds of %s)\n' \
+    "$s" "$m" "$(echo "$m - $base" | bc -l)" "$ROUNDS" "$SPAWNS"
 done
 
 gen() { # chain|independent: the workload's manifest in $WORK/<name>/crucible.toml

@@ -1,21 +1,29 @@
 /* The sandbox's shapes side by side (issue 11; bench/README.md, "The sandbox's cost"), without
  * the engine: N spawns of `sh -c "echo '{}'"`, one after another, each waited for, in
  *
- *   plain   fork + exec, no sandbox (what --no-sandbox costs);
+ *   plain   fork + exec, no sandbox;
+ *   vplain  vfork + exec, no sandbox (what std's posix_spawn does: the engine's --no-sandbox);
  *   bwrap   bubblewrap with the flags the engine passed it until 2026-12-01 (pack hidden,
  *           workspace bound read-write, its inputs/ read-only, /dev, /proc, /tmp, PID and IPC
  *           namespaces, --die-with-parent, --cap-drop ALL);
- *   native  the same layout made in the child as crates/crucible-engine/src/sandbox/jail.rs makes
- *           it: a PID namespace and a second fork (the task is PID 1), mount and IPC namespaces,
+ *   native  the same layout made in the child as crates/crucible-engine/src/sandbox/jail.rs made
+ *           it first: a PID namespace and a second fork (the task is PID 1), mount and IPC namespaces,
  *           sources captured with open_tree, the tree read-only with mount_setattr, /dev, /proc,
  *           /tmp, the pack hidden by a tmpfs, the binds moved in, capabilities dropped;
  *   kept    native, and the task sends its mount namespace (SCM_RIGHTS) to the launcher right
  *           after making it; the launcher takes it once the spawn is reaped and hands it to a
  *           thread that closes it, so the namespace's teardown (which a process's exit waits for
- *           when it drops the last reference) is off the spawn's path.
+ *           when it drops the last reference) is off the spawn's path;
+ *   clone   the shape the engine has now: one clone(CLONE_VM | CLONE_VFORK) that makes the PID,
+ *           mount and IPC namespaces too (the task is PID 1 and the launcher's direct child),
+ *           then the same layout, and the launcher keeps the mount namespace as in kept.
+ *
+ * BALLAST=MiB makes the launcher touch that much memory first and write to part of it between
+ * spawns, as an engine does: a fork copies the page tables of it all and makes it copy-on-write,
+ * a vfork-style clone neither.
  *
  *   cc -O2 -pthread -o sandbox-shapes bench/sandbox-shapes.c
- *   ./sandbox-shapes plain|bwrap|native|kept N DIR
+ *   ./sandbox-shapes plain|vplain|bwrap|native|kept|clone N DIR
  *
  * DIR is a scratch directory (it gets pack/workspace/inputs and pack/state); prints the mean
  * milliseconds per spawn. Run as root (or where unprivileged namespaces are allowed: not handled
@@ -110,12 +118,15 @@ static void *closer(void *unused) {
   return NULL;
 }
 
+/* clone: the namespaces come with the process. */
+static int in_ns;
+
 static void native_task(void) {
   static const char *nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"};
   int dev[6];
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  ok(unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare");
-  if (keep[1] >= 0) send_ns();
+  if (!in_ns) ok(unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare");
+  if (keep[1] >= 0 && !in_ns) send_ns();
   ok(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "private");
   int w = tree(ws), in = tree(inputs);
   attr(w, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
@@ -177,9 +188,27 @@ static void spawn(const char *shape) {
   _exit(127);
 }
 
+static int clone_task(void *unused) {
+  (void)unused;
+  native_task();
+  return 127;
+}
+
+/* One spawn of the clone shape; returns the child, whose mount namespace is in *ns. */
+static pid_t clone_spawn(int *ns) {
+  static char *stack;
+  if (!stack) stack = malloc(256 << 10);
+  in_ns = 1;
+  pid_t c = ok(clone(clone_task, stack + (256 << 10), CLONE_VM | CLONE_VFORK | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | SIGCHLD, NULL), "clone");
+  char p[64];
+  snprintf(p, sizeof p, "/proc/%d/ns/mnt", c);
+  *ns = open(p, O_RDONLY | O_CLOEXEC);
+  return c;
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: %s plain|bwrap|native|kept N DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s plain|vplain|bwrap|native|kept|clone N DIR\n", argv[0]);
     return 2;
   }
   int n = atoi(argv[2]);
@@ -189,17 +218,28 @@ int main(int argc, char **argv) {
   snprintf(inputs, sizeof inputs, "%s/pack/workspace/inputs", argv[3]);
   mkdirs(state);
   mkdirs(inputs);
-  if (!strcmp(argv[1], "kept")) {
+  if (!strcmp(argv[1], "kept") || !strcmp(argv[1], "clone")) {
     pthread_t t;
     ok(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, keep), "socketpair");
     ok(pipe(closing), "pipe");
     ok(-pthread_create(&t, NULL, closer, NULL), "pthread_create");
   }
+  long mb = getenv("BALLAST") ? atol(getenv("BALLAST")) : 0;
+  char *ballast = malloc((mb << 20) + 1);
+  memset(ballast, 1, mb << 20);
+  int cloned = !strcmp(argv[1], "clone"), ns = -1;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int i = 0; i < n; i++) {
-    pid_t c = fork();
-    if (c == 0) spawn(argv[1]);
+    pid_t c = cloned ? clone_spawn(&ns) : !strcmp(argv[1], "vplain") ? vfork() : fork();
+    if (c == 0) {
+      if (!strcmp(argv[1], "vplain")) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+      }
+      spawn(argv[1]);
+    }
+    for (long k = 0; k < (mb << 20); k += 16 << 12) ballast[k]++;
     int st;
     waitpid(c, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -207,7 +247,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     if (keep[0] >= 0) {
-      int ns = recv_ns();
+      if (!cloned) ns = recv_ns();
       ok(write(closing[1], &ns, sizeof ns), "write");
     }
   }
