@@ -7,8 +7,10 @@
 
 use crucible_pack::LoadedManifest;
 use git2::{build::CheckoutBuilder, IndexAddOption, Oid, Repository, Signature, StatusOptions};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+mod trees;
 mod watch;
 
 /// The base commit's message.
@@ -326,22 +328,69 @@ fn stage(repo: &Repository) -> Result<Oid, GitError> {
     index.write_tree().map_err(gerr("cannot write tree"))
 }
 
-/// `git add -A` for `paths` only (files, or directories taken whole): what [`stage`] does, with
-/// the index-to-workdir diff limited to those paths, so its cost follows what changed rather
-/// than the size of the workspace. Each path the diff reports is added, or removed when it no
-/// longer exists, exactly as libgit2's `add_all` applies its own diff.
-fn stage_paths(repo: &Repository, paths: &[PathBuf]) -> Result<Oid, GitError> {
-    let mut index = repo.index().map_err(gerr("cannot read the index"))?;
+/// `git add -A` for `paths` only (files, or directories taken whole), into `index`; returns
+/// every path whose index entry it may have changed. Its cost follows what changed rather than
+/// the size of the workspace.
+///
+/// A path that is a file or a symlink, or that is gone, and that was not a directory in the
+/// index, is staged directly: added (hashed again, so a rewrite that kept size and mtime is seen
+/// too), unless it is untracked and ignored, or removed from the index. Every other path (a
+/// directory, or one that was a directory) goes through one index-to-workdir diff limited to
+/// those paths, whose deltas are applied exactly as libgit2's `add_all` applies its own diff.
+fn stage_paths(
+    repo: &Repository,
+    index: &mut git2::Index,
+    paths: &[PathBuf],
+) -> Result<Vec<PathBuf>, GitError> {
+    let ws = repo.workdir().expect("attached workspace");
+    let mut touched = Vec::new();
+    let mut walk = Vec::new();
+    for p in paths {
+        let mut below = p.as_os_str().as_bytes().to_vec();
+        below.push(b'/');
+        if index.find_prefix(below.as_slice()).is_ok() {
+            walk.push(p);
+            continue;
+        }
+        let present = match std::fs::symlink_metadata(ws.join(p)) {
+            Ok(m) if m.is_dir() => {
+                walk.push(p);
+                continue;
+            }
+            // What git's work tree walk passes over (sockets, fifos, devices) is not there.
+            Ok(m) => m.is_file() || m.is_symlink(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            // A parent replaced by a file, or unreadable: the diff decides.
+            Err(_) => {
+                walk.push(p);
+                continue;
+            }
+        };
+        let tracked = index.get_path(p, 0).is_some();
+        match (present, tracked) {
+            (true, false)
+                if repo
+                    .is_path_ignored(p)
+                    .map_err(gerr("cannot read ignore rules"))? => {}
+            (true, _) => index.add_path(p).map_err(gerr("cannot stage changes"))?,
+            (false, true) => index.remove_path(p).map_err(gerr("cannot stage changes"))?,
+            (false, false) => continue,
+        }
+        touched.push(p.clone());
+    }
+    if walk.is_empty() {
+        return Ok(touched);
+    }
     let mut opts = git2::DiffOptions::new();
     opts.include_typechange(true)
         .include_untracked(true)
         .recurse_untracked_dirs(true)
         .disable_pathspec_match(true);
-    for p in paths {
+    for p in walk {
         opts.pathspec(p);
     }
     let diff = repo
-        .diff_index_to_workdir(Some(&index), Some(&mut opts))
+        .diff_index_to_workdir(Some(index), Some(&mut opts))
         .map_err(gerr("cannot stage changes"))?;
     let deltas: Vec<(bool, PathBuf)> = diff
         .deltas()
@@ -358,8 +407,9 @@ fn stage_paths(repo: &Repository, paths: &[PathBuf]) -> Result<Oid, GitError> {
             false => index.remove_path(&path),
         }
         .map_err(gerr("cannot stage changes"))?;
+        touched.push(path);
     }
-    index.write_tree().map_err(gerr("cannot write tree"))
+    Ok(touched)
 }
 
 /// Stages every change in the work tree and commits it onto HEAD, moving HEAD and writing the
@@ -422,6 +472,8 @@ struct Held {
     /// What changed in the workspace since the last commit; `None` when the kernel cannot
     /// say, and then every commit walks the whole work tree.
     watch: Option<watch::Watch>,
+    /// The trees along the paths tasks change, kept from one commit to the next.
+    trees: trees::Trees,
 }
 
 /// How many task commits may pass between saves of HEAD and the index. Between saves every
@@ -464,6 +516,7 @@ impl Memory {
             unsaved: 0,
             unpacked: 0,
             watch,
+            trees: trees::Trees::default(),
         })))
     }
 
@@ -504,8 +557,8 @@ impl Memory {
 }
 
 impl Held {
-    /// Stages what changed since the last commit: the paths the watch names, or everything.
-    /// None when nothing can have changed.
+    /// Stages what changed since the last commit (the paths the watch names, or everything) and
+    /// writes the tree to commit. None when nothing can have changed.
     fn stage_changes(&mut self) -> Result<Option<Oid>, GitError> {
         let changed = match &mut self.watch {
             Some(w) => w.take(),
@@ -514,7 +567,7 @@ impl Held {
         let everything = matches!(changed, watch::Changed::Everything);
         let staged = match &changed {
             watch::Changed::Paths(p) if p.is_empty() => Ok(None),
-            watch::Changed::Paths(p) => stage_paths(&self.repo, p).map(Some),
+            watch::Changed::Paths(p) => self.stage_paths(p).map(Some),
             watch::Changed::Everything => stage(&self.repo).map(Some),
         };
         if let Some(w) = &mut self.watch {
@@ -525,6 +578,26 @@ impl Held {
             }
         }
         staged
+    }
+
+    /// Stages `paths` and writes HEAD's tree with their new index entries: the index, which
+    /// held HEAD's tree, then holds the written one, so the invariant holds for the next commit.
+    fn stage_paths(&mut self, paths: &[PathBuf]) -> Result<Oid, GitError> {
+        let repo = &self.repo;
+        let mut index = repo.index().map_err(gerr("cannot read the index"))?;
+        let touched = stage_paths(repo, &mut index, paths)?;
+        let base = repo
+            .find_commit(self.head)
+            .map_err(gerr("cannot read HEAD"))?
+            .tree_id();
+        let changes: Vec<(&[u8], trees::Staged)> = touched
+            .iter()
+            .map(|p| {
+                let entry = index.get_path(p, 0).map(|e| (e.id, e.mode));
+                (p.as_os_str().as_bytes(), entry)
+            })
+            .collect();
+        self.trees.write(repo, base, changes)
     }
 
     fn commit_task(&mut self, task: &str) -> Result<Option<Oid>, GitError> {
@@ -538,15 +611,16 @@ impl Held {
         if parent.tree_id() == tree_id {
             return Ok(None);
         }
-        let tree = repo.find_tree(tree_id).map_err(gerr("cannot read tree"))?;
-        let sig = signature()?;
-        let message = format!("task {task}");
-        let oid = repo
-            .commit(None, &sig, &sig, &message, &tree, &[&parent])
-            .map_err(gerr("cannot commit"))?;
+        drop(parent);
+        let oid = write_commit(
+            repo,
+            tree_id,
+            self.head,
+            &signature()?,
+            &format!("task {task}"),
+        )?;
         repo.reference(&task_ref(task), oid, true, "task commit")
             .map_err(gerr("cannot record the task's commit"))?;
-        drop((tree, parent));
         self.head = oid;
         self.unsaved += 1;
         if self.unsaved >= SAVE_EVERY {
@@ -599,6 +673,42 @@ impl Held {
         }
         Ok(())
     }
+}
+
+/// Writes a commit of `tree` onto `parent`, as `git_commit_create` writes it, straight to the
+/// object database: libgit2's own call takes the tree as an object, which means reading back
+/// (inflating, hashing and parsing) the root tree just written, on every commit.
+fn write_commit(
+    repo: &Repository,
+    tree: Oid,
+    parent: Oid,
+    sig: &Signature<'_>,
+    message: &str,
+) -> Result<Oid, GitError> {
+    use std::io::Write;
+    let mut buf = Vec::with_capacity(256 + message.len());
+    let when = sig.when();
+    let offset = when.offset_minutes();
+    let sign = if offset < 0 || when.sign() == '-' {
+        '-'
+    } else {
+        '+'
+    };
+    let (hours, mins) = (offset.abs() / 60, offset.abs() % 60);
+    write!(buf, "tree {tree}\nparent {parent}\n").expect("writes to a vector");
+    for role in ["author", "committer"] {
+        write!(buf, "{role} ").expect("writes to a vector");
+        buf.extend_from_slice(sig.name_bytes());
+        buf.extend_from_slice(b" <");
+        buf.extend_from_slice(sig.email_bytes());
+        writeln!(buf, "> {} {sign}{hours:02}{mins:02}", when.seconds())
+            .expect("writes to a vector");
+    }
+    buf.push(b'\n');
+    buf.extend_from_slice(message.as_bytes());
+    repo.odb()
+        .and_then(|odb| odb.write(git2::ObjectType::Commit, &buf))
+        .map_err(gerr("cannot commit"))
 }
 
 /// Moves every loose object into one new pack, delta-compressed by libgit2's pack builder,

@@ -94,6 +94,36 @@ fn step(f: &Fixture, name: &str, change: impl FnOnce(&Path)) {
         assert_eq!(repo.refname_to_id(&task_ref(name)).unwrap(), c);
         assert_eq!(repo.find_commit(c).unwrap().parent_id(0).unwrap(), parent);
     }
+    assert_index_is_head(f, name);
+}
+
+/// The memory's invariant, which lets a commit write its tree from its parent's: after every
+/// commit (and every discard) the index holds exactly HEAD's tree, entry for entry.
+fn assert_index_is_head(f: &Fixture, name: &str) {
+    let held = f.memory.held();
+    let mut from_index: Vec<(Vec<u8>, Oid, u32)> = held
+        .repo
+        .index()
+        .unwrap()
+        .iter()
+        .map(|e| (e.path, e.id, e.mode))
+        .collect();
+    let tree = held.repo.find_commit(held.head).unwrap().tree().unwrap();
+    let mut from_tree = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        if e.kind() != Some(git2::ObjectType::Tree) {
+            let path = [dir.as_bytes(), e.name_bytes()].concat();
+            from_tree.push((path, e.id(), e.filemode() as u32));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .unwrap();
+    from_index.sort();
+    from_tree.sort();
+    assert!(
+        from_index == from_tree,
+        "step {name}: the index is not HEAD's tree"
+    );
 }
 
 fn write(p: &Path, body: &str) {
@@ -206,6 +236,111 @@ fn shared_workspace_commits_what_git_add_all_stages() {
     });
 }
 
+/// A commit's tree is written from its parent's, rewriting only the directories on the changed
+/// paths: the edges of that rewrite, each against `git add -A`.
+#[test]
+fn trees_rewritten_from_the_parent_commit_what_git_add_all_stages() {
+    let f = fixture();
+    step(&f, "a large tree", |ws| {
+        for d in 0..12 {
+            for i in 0..40 {
+                write(
+                    &ws.join(format!("big/d{d:02}/f{i:02}.txt")),
+                    &format!("{d} {i}"),
+                );
+            }
+        }
+        write(&ws.join("big/d07/e/f/g/h.txt"), "deep");
+        write(&ws.join("solo/only.txt"), "only");
+        write(&ws.join("x/y/z/last.txt"), "last");
+        write(&ws.join("top.txt"), "top");
+    });
+    step(&f, "a deep path in the large tree", |ws| {
+        write(&ws.join("big/d07/e/f/g/h.txt"), "deeper")
+    });
+    step(&f, "a sibling that sorts around a directory", |ws| {
+        // `big.txt` and `big-x` sort before `big/`, `big0` after it, in git's order.
+        write(&ws.join("big.txt"), "1");
+        write(&ws.join("big-x"), "2");
+        write(&ws.join("big0"), "3");
+    });
+    step(&f, "touched, content unchanged", |ws| {
+        write(&ws.join("top.txt"), "top")
+    });
+    step(&f, "the last file of a directory deleted", |ws| {
+        std::fs::remove_file(ws.join("solo/only.txt")).unwrap()
+    });
+    step(&f, "the last file of nested directories deleted", |ws| {
+        std::fs::remove_file(ws.join("x/y/z/last.txt")).unwrap()
+    });
+    step(&f, "nested new directories, executable", |ws| {
+        write(&ws.join("n1/n2/n3/run.sh"), "#!/bin/sh\n");
+        chmod(&ws.join("n1/n2/n3/run.sh"), 0o755);
+    });
+    step(
+        &f,
+        "a file replaced by a directory with a directory in it",
+        |ws| {
+            std::fs::remove_file(ws.join("top.txt")).unwrap();
+            write(&ws.join("top.txt/inner/f"), "f");
+        },
+    );
+    step(&f, "a directory of directories replaced by a file", |ws| {
+        std::fs::remove_dir_all(ws.join("n1")).unwrap();
+        write(&ws.join("n1"), "file");
+    });
+    step(
+        &f,
+        "a file made into a directory and its sibling changed",
+        |ws| {
+            std::fs::remove_file(ws.join("big0")).unwrap();
+            write(&ws.join("big0/x"), "x");
+            write(&ws.join("big/d03/f01.txt"), "changed");
+        },
+    );
+    step(&f, "a new symlink", |ws| {
+        symlink("top.txt", ws.join("ln")).unwrap()
+    });
+    step(
+        &f,
+        "a symlink replaced by a directory, a file by a symlink",
+        |ws| {
+            std::fs::remove_file(ws.join("ln")).unwrap();
+            write(&ws.join("ln/f"), "f");
+            std::fs::remove_file(ws.join("big-x")).unwrap();
+            symlink("ln/f", ws.join("big-x")).unwrap();
+        },
+    );
+    step(&f, "deleted and made again in one task", |ws| {
+        std::fs::remove_file(ws.join("big.txt")).unwrap();
+        write(&ws.join("big.txt"), "again");
+        std::fs::remove_dir_all(ws.join("big/d11")).unwrap();
+        write(&ws.join("big/d11/f00.txt"), "again");
+    });
+    step(&f, "ignore rules, an ignored new file", |ws| {
+        write(&ws.join(".gitignore"), "*.tmp\nscratch/\n");
+        write(&ws.join("big/d02/a.tmp"), "ignored");
+    });
+    step(&f, "ignored, next task", |ws| {
+        write(&ws.join("big/d02/b.tmp"), "ignored");
+        write(&ws.join("scratch/c.txt"), "ignored");
+        write(&ws.join("big/d02/c.txt"), "kept");
+    });
+    step(&f, "everything removed", |ws| {
+        for e in std::fs::read_dir(ws).unwrap().flatten() {
+            if e.file_name() == ".git" {
+                continue;
+            }
+            let p = e.path();
+            match p.is_dir() && !p.is_symlink() {
+                true => std::fs::remove_dir_all(&p).unwrap(),
+                false => std::fs::remove_file(&p).unwrap(),
+            }
+        }
+    });
+    step(&f, "and one file again", |ws| write(&ws.join("again"), "a"));
+}
+
 #[test]
 fn failed_task_discard_then_next_commit_is_exact() {
     let f = fixture();
@@ -216,6 +351,7 @@ fn failed_task_discard_then_next_commit_is_exact() {
     chmod(&f.ws.join("tool.sh"), 0o755);
     std::fs::remove_file(f.ws.join("b.txt")).unwrap();
     f.memory.discard().unwrap();
+    assert_index_is_head(&f, "discard");
     step(&f, "after discard", |ws| write(&ws.join("b.txt"), "bb"));
     assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "aaaa");
     assert!(!f.ws.join("junk").exists());
