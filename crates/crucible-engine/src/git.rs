@@ -10,6 +10,7 @@ use git2::{build::CheckoutBuilder, IndexAddOption, Oid, Repository, Signature, S
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+mod store;
 mod trees;
 mod watch;
 
@@ -498,6 +499,7 @@ impl Memory {
         // worth per commit) is work that grows with the workspace and proves nothing.
         git2::opts::strict_object_creation(false);
         let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
+        window_of_one(&repo)?;
         let head = repo
             .head()
             .and_then(|h| h.peel_to_commit())
@@ -550,8 +552,7 @@ impl Memory {
     /// run calls it when it ends.
     pub fn finish(&self) -> Result<(), GitError> {
         let mut held = self.held();
-        pack_loose(&held.repo)?;
-        held.unpacked = 0;
+        held.pack()?;
         held.save()
     }
 }
@@ -628,10 +629,17 @@ impl Held {
         }
         self.unpacked += 1;
         if self.unpacked >= PACK_EVERY {
-            pack_loose(&self.repo)?;
-            self.unpacked = 0;
+            self.pack()?;
         }
         Ok(Some(oid))
+    }
+
+    /// Packs the loose objects and folds the task refs into `packed-refs`.
+    fn pack(&mut self) -> Result<(), GitError> {
+        pack_loose(&self.repo)?;
+        store::pack_task_refs(&self.repo)?;
+        self.unpacked = 0;
+        Ok(())
     }
 
     fn save(&mut self) -> Result<(), GitError> {
@@ -676,7 +684,7 @@ impl Held {
 }
 
 /// Writes a commit of `tree` onto `parent`, as `git_commit_create` writes it, straight to the
-/// object database: libgit2's own call takes the tree as an object, which means reading back
+/// object database (stored, as trees are: see `store`): libgit2's own call takes the tree as an object, which means reading back
 /// (inflating, hashing and parsing) the root tree just written, on every commit.
 fn write_commit(
     repo: &Repository,
@@ -706,9 +714,24 @@ fn write_commit(
     }
     buf.push(b'\n');
     buf.extend_from_slice(message.as_bytes());
-    repo.odb()
-        .and_then(|odb| odb.write(git2::ObjectType::Commit, &buf))
-        .map_err(gerr("cannot commit"))
+    store::write_stored(repo, git2::ObjectType::Commit, &buf)
+}
+
+/// Sets the memory's `pack.windowMemory` to one byte, which leaves the pack builder one delta
+/// candidate per object (the next larger object of its kind; it always keeps one) instead of
+/// ten. The objects packed are mostly successive versions of the same trees, each best
+/// delta-compressed against the one before it, so the pack is about as small, and the delta
+/// search, which tried every object against ten others of its size, no longer grows tenfold
+/// with the size of a rewritten directory. It applies to `git gc` on the memory as well.
+fn window_of_one(repo: &Repository) -> Result<(), GitError> {
+    const KEY: &str = "pack.windowMemory";
+    let mut config = repo.config().map_err(gerr("cannot configure git memory"))?;
+    if config.get_i64(KEY).ok() == Some(1) {
+        return Ok(());
+    }
+    config
+        .set_i64(KEY, 1)
+        .map_err(gerr("cannot configure git memory"))
 }
 
 /// Moves every loose object into one new pack, delta-compressed by libgit2's pack builder,

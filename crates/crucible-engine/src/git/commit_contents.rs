@@ -466,6 +466,27 @@ fn loose_objects_are_packed_periodically_and_at_the_end_and_survive_a_reopen() {
     assert!(loose_objects(&f) < 20, "{} loose", loose_objects(&f));
     let fsck = |f: &Fixture| git(f, &f.ws, &["fsck", "--strict", "--no-dangling"]);
     fsck(&f);
+    // The task refs went into packed-refs with the objects (at the seed's and the first 255
+    // writes' commits): the three made since are loose.
+    let loose_refs = std::fs::read_dir(f.mem.join("refs/crucible/tasks"))
+        .unwrap()
+        .count();
+    assert_eq!(loose_refs, 3, "task refs left loose after the pack");
+    let listed = git(
+        &f,
+        &f.ws,
+        &[
+            "for-each-ref",
+            "--format=%(objectname) %(refname)",
+            "refs/crucible/tasks/",
+        ],
+    );
+    for (name, oid) in &commits {
+        assert!(
+            listed.contains(&format!("{oid} {}", task_ref(name))),
+            "git sees {name}'s ref"
+        );
+    }
     let kept = f.memory.head();
     // A crash now: nothing saved since the pack, HEAD and the index on disk are stale.
     let Fixture {

@@ -2,7 +2,8 @@
 //! paths rewritten (issue 18). libgit2's `git_index_write_tree` reuses unchanged subtrees but then
 //! reads the whole written tree back to rebuild the index's tree cache, on every commit: work that
 //! grows with the workspace. Here the cost is the changed paths' directories alone, each read at
-//! most once (then kept, by path, checked by id) and written whole, as git's trees require.
+//! most once (then kept, by path, checked by id) and written whole, as git's trees require
+//! (stored, not deflated: see `store`).
 //!
 //! The tree written is the one `git write-tree` makes from the index after staging, provided the
 //! index held the parent's tree before it (the memory's invariant): each changed path takes the
@@ -10,6 +11,7 @@
 //! directory, never both, as in the index: a file set at a name replaces a directory there, and a
 //! directory with entries replaces a file; a directory left empty disappears.
 
+use super::store::write_stored;
 use super::{gerr, GitError};
 use git2::{ObjectType, Oid, Repository};
 use std::collections::BTreeMap;
@@ -76,16 +78,11 @@ impl Trees {
             }
             node.files.insert(name.to_vec(), staged);
         }
-        let odb = repo
-            .odb()
-            .map_err(gerr("cannot open the object database"))?;
         let mut path = Vec::new();
-        match self.write_dir(repo, &odb, &mut path, Some(base), &root)? {
+        match self.write_dir(repo, &mut path, Some(base), &root)? {
             Some(id) => Ok(id),
             // Everything was removed: the empty tree, as `git write-tree` writes it.
-            None => odb
-                .write(ObjectType::Tree, &[])
-                .map_err(gerr("cannot write tree")),
+            None => write_stored(repo, ObjectType::Tree, &[]),
         }
     }
 
@@ -94,7 +91,6 @@ impl Trees {
     fn write_dir(
         &mut self,
         repo: &Repository,
-        odb: &git2::Odb<'_>,
         path: &mut Vec<u8>,
         base: Option<Oid>,
         node: &Node,
@@ -126,7 +122,7 @@ impl Trees {
                 path.push(b'/');
             }
             path.extend_from_slice(name);
-            let new = self.write_dir(repo, odb, path, old, sub)?;
+            let new = self.write_dir(repo, path, old, sub)?;
             path.truncate(len);
             changed |= match new {
                 Some(id) => set(&mut entries, name, id, TREE_MODE),
@@ -143,9 +139,7 @@ impl Trees {
         }
         let id = match (changed, base) {
             (false, Some(id)) => id,
-            _ => odb
-                .write(ObjectType::Tree, &serialize(&entries))
-                .map_err(gerr("cannot write tree"))?,
+            _ => write_stored(repo, ObjectType::Tree, &serialize(&entries))?,
         };
         self.known.insert(path.clone(), (id, entries));
         Ok(Some(id))
