@@ -90,6 +90,8 @@ fn settled_instances_are_folded_not_dispatched_again() {
 
     let r = p.run(&["--resume"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    // The summary counts the folded instance with the two that ran after the resume.
+    assert!(r.stdout.contains("each fail instances=3 "), "{}", r.stdout);
     assert_eq!(p.saved("after"), want_after, "after reads the same fold");
     let ran = take_saved(&p);
     assert!(!ran.contains(&first), "{first} ran again: {ran:?}");

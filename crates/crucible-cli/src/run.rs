@@ -330,7 +330,10 @@ pub(crate) fn row_line(
 fn print_summary(s: &RunSummary) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out);
-    let parts = crate::inspect::Parts::of(&crucible_engine::state::read_log(&s.run_dir));
+    let mut parts = crate::inspect::Parts::default();
+    for row in &s.sub_rows {
+        parts.add(row);
+    }
     for (name, row) in &s.rows {
         let _ = writeln!(out, "{}", row_line(name, row.as_ref(), &parts, &s.run_dir));
         if let Some(r) = row.as_ref().filter(|r| !r.status.is_pass()) {

@@ -335,6 +335,8 @@ struct Coord<'o> {
     prior_elapsed: Duration,
     /// Spend of rows a rerun reused: reported apart, never against the ceilings.
     reused_spent: f64,
+    /// Instance and round rows settled or folded, by name (`RunSummary::sub_rows`).
+    sub_rows: Vec<String>,
     /// Decision requests an interrupted run opened, by route (RFC-0002:C-HUMAN-DECISION): a
     /// resumed run reopens each with the same evidence and expiry.
     opened: HashMap<String, DecisionOpened>,
@@ -642,6 +644,7 @@ pub async fn execute(
         br,
         prior_elapsed,
         reused_spent: 0.0,
+        sub_rows: Vec::new(),
         opened: folded_opened
             .into_iter()
             .filter(|o| o.gate.is_none())
@@ -764,6 +767,7 @@ impl Coord<'_> {
             let Some(i) = self.index_of(&row.task) else {
                 // An instance or round row: its spend counts now, as it did live.
                 self.account(&row);
+                self.sub_rows.push(row.task.clone());
                 self.br.fold_sub(row);
                 continue;
             };
@@ -1537,6 +1541,7 @@ impl Coord<'_> {
                     (t.name.clone(), row)
                 })
                 .collect(),
+            sub_rows: self.sub_rows,
         })
     }
 }

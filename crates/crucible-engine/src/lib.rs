@@ -136,6 +136,10 @@ pub struct RunSummary {
     pub max_secs: u64,
     /// One entry per task in declaration order: its row, or `None` when it never settled.
     pub rows: Vec<(String, Option<TaskResult>)>,
+    /// The names of the instance and round rows settled (`task[key]`, `task[round-N]`), in
+    /// the order they settled: what a summary counts as parts of their task's row, without
+    /// reading the log again.
+    pub sub_rows: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -121,6 +121,15 @@ impl Log {
     }
 
     /// The run's rows by task, in plan order, for a summary (`None` for an unsettled task).
+    /// The names of the log's instance and round rows (`RunSummary::sub_rows`).
+    pub fn sub_rows(&self, plan: &crucible_plan::Plan) -> Vec<String> {
+        let tasks: HashSet<&str> = plan.tasks.iter().map(|t| t.name.as_str()).collect();
+        (self.rows.iter())
+            .filter(|r| !tasks.contains(r.task.as_str()))
+            .map(|r| r.task.clone())
+            .collect()
+    }
+
     pub fn summary_rows(&self, plan: &crucible_plan::Plan) -> Vec<(String, Option<TaskResult>)> {
         // One pass over the log, the last row of each name winning: a log can hold a row per
         // task of a plan of any size, so no lookup may walk it per task.
@@ -219,6 +228,7 @@ pub fn reopen(
             elapsed_secs: sd.elapsed_secs,
             max_secs: log.start.max_secs as u64,
             rows: log.summary_rows(&req.plan),
+            sub_rows: log.sub_rows(&req.plan),
         })));
     }
     let names: HashSet<&str> = req.plan.tasks.iter().map(|t| t.name.as_str()).collect();

@@ -495,37 +495,49 @@ fn decode(text: &str, own: bool) -> Result<Vec<Line>, DecodeError> {
 
 /// Decodes one line; `Ok(None)` for a kind this reader does not know.
 pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
-    let mut v: Value = serde_json::from_str(raw).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = v.as_object_mut().ok_or("not a JSON object")?;
-    if let Some(ver) = obj.remove("v") {
+    /// The envelope alone: the event's own fields are skipped here and read once, straight
+    /// into the event's type below (no map of values built and walked again per line).
+    #[derive(Deserialize)]
+    struct Envelope {
+        v: Option<Value>,
+        ts: Option<Value>,
+        kind: Option<Value>,
+    }
+    let env: Envelope = serde_json::from_str(raw).map_err(|e| match e.is_data() {
+        // Well-formed JSON of another shape (every field here takes any value).
+        true => "not a JSON object".to_string(),
+        false => format!("not JSON: {e}"),
+    })?;
+    if let Some(ver) = env.v {
         if ver.as_u64() != Some(u64::from(WIRE_VERSION)) {
             return Err(format!("unsupported wire version {ver}"));
         }
     }
-    let ts = match obj.remove("ts") {
+    let ts = match env.ts {
         Some(Value::String(ts)) => ts,
         _ => String::new(),
     };
-    let kind = obj
-        .get("kind")
+    let kind = env
+        .kind
+        .as_ref()
         .and_then(Value::as_str)
-        .ok_or("no `kind`")?
-        .to_string();
-    const KNOWN: &[&str] = &[
-        "start",
-        "plan_admitted",
-        "task_result",
-        "asks_emitted",
-        "decision_opened",
-        "runbook_stage",
-        "runbook_stages_closed",
-        "resumed",
-        "shutdown",
-    ];
-    if !KNOWN.contains(&kind.as_str()) {
-        return Ok(None);
+        .ok_or("no `kind`")?;
+    fn read<T: serde::de::DeserializeOwned>(raw: &str) -> serde_json::Result<T> {
+        serde_json::from_str(raw)
     }
-    let event: Event = serde_json::from_value(v).map_err(|e| format!("bad `{kind}`: {e}"))?;
+    let event = match kind {
+        "start" => read(raw).map(Event::Start),
+        "plan_admitted" => read(raw).map(Event::PlanAdmitted),
+        "task_result" => read(raw).map(Event::TaskResult),
+        "asks_emitted" => read(raw).map(Event::AsksEmitted),
+        "decision_opened" => read(raw).map(Event::DecisionOpened),
+        "runbook_stage" => read(raw).map(Event::RunbookStage),
+        "runbook_stages_closed" => read(raw).map(Event::RunbookStagesClosed),
+        "resumed" => read(raw).map(Event::Resumed),
+        "shutdown" => read(raw).map(Event::Shutdown),
+        _ => return Ok(None),
+    }
+    .map_err(|e| format!("bad `{kind}`: {e}"))?;
     if let Event::TaskResult(TaskResult {
         output: Some(o), ..
     }) = &event

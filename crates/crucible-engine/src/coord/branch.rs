@@ -539,6 +539,7 @@ impl Coord<'_> {
     /// row, apart from the ceilings (RFC-0002:C-PLAYBOOK-RERUN).
     pub(super) fn reuse_sub(&mut self, r: TaskResult) {
         self.observer.task_settled(&r);
+        self.sub_rows.push(r.task.clone());
         self.writer
             .push(&crucible_plan::wire::Event::TaskResult(r.clone()));
         self.br.fold_sub(r);
@@ -549,6 +550,7 @@ impl Coord<'_> {
     fn log_sub(&mut self, r: &TaskResult) {
         self.add_spend(r.cost_usd);
         self.observer.task_settled(r);
+        self.sub_rows.push(r.task.clone());
         self.writer
             .push(&crucible_plan::wire::Event::TaskResult(r.clone()));
     }
