@@ -201,6 +201,17 @@ mod tests {
         }
     }
 
+    /// The paths named, less `late`: files an earlier step wrote, whose close the kernel may
+    /// report only now when a process another test spawned meanwhile held a copy of the
+    /// descriptor until its `exec` (naming a path again only stages it again).
+    fn paths_but(w: &mut Watch, late: &[&str]) -> Option<Vec<String>> {
+        paths(w).map(|p| {
+            p.into_iter()
+                .filter(|p| !late.contains(&p.as_str()))
+                .collect()
+        })
+    }
+
     #[test]
     fn names_what_changed_and_gives_up_where_it_cannot() {
         let tmp = tempfile::tempdir().unwrap();
@@ -216,17 +227,19 @@ mod tests {
         // A new directory is named whole, and watched from the next commit on.
         std::fs::create_dir_all(root.join("n/m")).unwrap();
         std::fs::write(root.join("n/m/x"), "x").unwrap();
-        assert_eq!(paths(&mut w), Some(vec!["n".into()]));
+        let late = ["a/b/f", "top"];
+        assert_eq!(paths_but(&mut w, &late), Some(vec!["n".into()]));
         assert!(w.settle(false));
         std::fs::write(root.join("n/m/y"), "y").unwrap();
-        assert_eq!(paths(&mut w), Some(vec!["n/m/y".into()]));
+        assert_eq!(paths_but(&mut w, &late), Some(vec!["n/m/y".into()]));
         assert!(w.settle(false));
         // A moved directory's watches name old paths: a full pass, then watched again.
         std::fs::rename(root.join("a"), root.join("c")).unwrap();
         assert_eq!(paths(&mut w), None);
         assert!(w.settle(true));
         std::fs::write(root.join("c/b/f"), "h").unwrap();
-        assert_eq!(paths(&mut w), Some(vec!["c/b/f".into()]));
+        let late = ["top", "n/m/x", "n/m/y"];
+        assert_eq!(paths_but(&mut w, &late), Some(vec!["c/b/f".into()]));
         assert!(w.settle(false));
         // Ignore rules change what every path stages.
         std::fs::write(root.join("n/.gitignore"), "*").unwrap();
