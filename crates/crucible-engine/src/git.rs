@@ -333,8 +333,8 @@ fn stage(repo: &Repository) -> Result<Oid, GitError> {
 /// every path whose index entry it may have changed. Its cost follows what changed rather than
 /// the size of the workspace.
 ///
-/// A path that is a file or a symlink, or that is gone, and that was not a directory in the
-/// index, is staged directly: added (hashed again, so a rewrite that kept size and mtime is seen
+/// A path that is a file or a symlink, or that is gone, below real directories only, and that
+/// was not a directory in the index, is staged directly: added (hashed again, so a rewrite that kept size and mtime is seen
 /// too), unless it is untracked and ignored, or removed from the index. Every other path (a
 /// directory, or one that was a directory) goes through one index-to-workdir diff limited to
 /// those paths, whose deltas are applied exactly as libgit2's `add_all` applies its own diff.
@@ -346,10 +346,24 @@ fn stage_paths(
     let ws = repo.workdir().expect("attached workspace");
     let mut touched = Vec::new();
     let mut walk = Vec::new();
+    // Whether each directory above a path is a real one: a path through a symlink (or below
+    // something gone) is not in git's work tree, though opening it may reach a file, so only
+    // the diff, whose walk never follows a link, stages what is there.
+    let mut real_dirs: std::collections::HashMap<PathBuf, bool> = Default::default();
+    let mut under_real_dirs = |p: &Path| {
+        p.ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .all(|a| {
+                *real_dirs.entry(a.to_path_buf()).or_insert_with(|| {
+                    std::fs::symlink_metadata(ws.join(a)).is_ok_and(|m| m.is_dir())
+                })
+            })
+    };
     for p in paths {
         let mut below = p.as_os_str().as_bytes().to_vec();
         below.push(b'/');
-        if index.find_prefix(below.as_slice()).is_ok() {
+        if index.find_prefix(below.as_slice()).is_ok() || !under_real_dirs(p) {
             walk.push(p);
             continue;
         }

@@ -311,6 +311,24 @@ fn trees_rewritten_from_the_parent_commit_what_git_add_all_stages() {
             symlink("ln/f", ws.join("big-x")).unwrap();
         },
     );
+    step(&f, "an empty directory", |ws| {
+        std::fs::create_dir_all(ws.join("hollow")).unwrap()
+    });
+    step(
+        &f,
+        "a file made in it, then it replaced by a symlink",
+        |ws| {
+            // The events name `hollow/x`, which through the symlink is `big/d05/x`: a path through
+            // a symlink is not in the work tree for git.
+            write(&ws.join("big/d05/x"), "x");
+            write(&ws.join("hollow/x"), "gone");
+            std::fs::remove_dir_all(ws.join("hollow")).unwrap();
+            symlink("big/d05", ws.join("hollow")).unwrap();
+        },
+    );
+    step(&f, "a file written through that symlink", |ws| {
+        write(&ws.join("hollow/x"), "through")
+    });
     step(&f, "deleted and made again in one task", |ws| {
         std::fs::remove_file(ws.join("big.txt")).unwrap();
         write(&ws.join("big.txt"), "again");
