@@ -39,7 +39,7 @@ pub(super) fn write_stored(
     let fin = dir.join(&hex[2..]);
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&zlib_stored(&payload))?;
+        f.write_all(&zlib_stored(&payload)?)?;
         drop(f);
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
         std::fs::rename(&tmp, &fin)
@@ -48,43 +48,12 @@ pub(super) fn write_stored(
     Ok(id)
 }
 
-/// A zlib stream (RFC 1950) holding `data` in stored deflate blocks (RFC 1951 §3.2.4).
-fn zlib_stored(data: &[u8]) -> Vec<u8> {
-    const MAX: usize = 0xffff;
-    let blocks = data.len().div_ceil(MAX).max(1);
-    let mut out = Vec::with_capacity(data.len() + blocks * 5 + 6);
-    // CMF: deflate with a 32 KiB window; FLG: no dictionary, fastest, check bits.
-    out.extend_from_slice(&[0x78, 0x01]);
-    let mut chunks = data.chunks(MAX).peekable();
-    if chunks.peek().is_none() {
-        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
-    }
-    while let Some(chunk) = chunks.next() {
-        let last = chunks.peek().is_none();
-        let len = chunk.len() as u16;
-        out.push(u8::from(last));
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&(!len).to_le_bytes());
-        out.extend_from_slice(chunk);
-    }
-    out.extend_from_slice(&adler32(data).to_be_bytes());
-    out
-}
-
-fn adler32(data: &[u8]) -> u32 {
-    const MOD: u32 = 65521;
-    // The most bytes summed before the sums can overflow a u32.
-    const RUN: usize = 5552;
-    let (mut a, mut b) = (1u32, 0u32);
-    for run in data.chunks(RUN) {
-        for &byte in run {
-            a += u32::from(byte);
-            b += a;
-        }
-        a %= MOD;
-        b %= MOD;
-    }
-    (b << 16) | a
+/// A zlib stream (RFC 1950) holding `data` in stored, uncompressed deflate blocks.
+fn zlib_stored(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let out = Vec::with_capacity(data.len() + data.len() / 0xffff * 5 + 16);
+    let mut z = flate2::write::ZlibEncoder::new(out, flate2::Compression::none());
+    z.write_all(data)?;
+    z.finish()
 }
 
 /// The directory of the task refs, below the git directory.
@@ -223,6 +192,13 @@ mod tests {
             assert_eq!(id, Oid::hash_object(ObjectType::Blob, &data).unwrap());
             let odb = repo.odb().unwrap();
             assert_eq!(odb.read(id).unwrap().data(), data.as_slice(), "{len} bytes");
+            // Stored, not deflated (the pattern would deflate to a few hundred bytes): the
+            // object's header and bytes, and a few bytes of block headers, zlib's and its sum.
+            let hex = id.to_string();
+            let file = tmp.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+            let stored = format!("blob {len}\0").len() + len;
+            let size = std::fs::metadata(file).unwrap().len() as usize;
+            assert!(size >= stored && size <= stored + 64, "{len}: {size}");
         }
     }
 }
