@@ -57,12 +57,15 @@ fn render(server: &Server, pack: &str, target: &str) -> (Vec<Value>, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     validate(&stdout);
-    let docs = stdout
-        .split("---\n")
+    (docs_of(&stdout), stdout)
+}
+
+/// The YAML documents of a rendering.
+fn docs_of(yaml: &str) -> Vec<Value> {
+    yaml.split("---\n")
         .filter(|d| !d.trim().is_empty())
         .map(|d| serde_yaml::from_str::<Value>(d).unwrap())
-        .collect();
-    (docs, stdout)
+        .collect()
 }
 
 /// `kubernetes-validate --strict` for the version we target, when it is installed.
@@ -969,27 +972,44 @@ fn kubernetes_pack_base_steering_delivered_beside_the_pack() {
     assert_eq!(s, 200, "{v}");
     let yaml = v["yaml"].as_str().unwrap();
     validate(yaml);
-    let docs: Vec<Value> = yaml
-        .split("---\n")
-        .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str::<Value>(d).unwrap())
-        .collect();
-    assert_eq!(
-        kinds(&docs),
-        ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
-    );
-    let cm = docs
-        .iter()
-        .find(|d| {
-            d["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .ends_with("-steering")
-        })
-        .unwrap();
-    assert_eq!(cm["data"], steering, "{cm}");
-    assert_eq!(cm["immutable"], true, "{cm}");
-    assert!(cm.get("binaryData").is_none(), "{cm}");
+    // And through `crucible remote render --steer`, from a file of that name.
+    let given = tempfile::tempdir().unwrap();
+    let focus = given.path().join("focus.md");
+    std::fs::write(&focus, FOCUS).unwrap();
+    let out = server.remote(&[
+        "render",
+        &digest,
+        "--target",
+        "shared",
+        "--max-cost",
+        "1",
+        "--max-time",
+        "10m",
+        "--steer",
+        focus.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let cli = String::from_utf8(out.stdout).unwrap();
+    validate(&cli);
+    for docs in [docs_of(yaml), docs_of(&cli)] {
+        assert_eq!(
+            kinds(&docs),
+            ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
+        );
+        let cm = docs
+            .iter()
+            .find(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("-steering")
+            })
+            .unwrap();
+        assert_eq!(cm["data"], steering, "{cm}");
+        assert_eq!(cm["immutable"], true, "{cm}");
+        assert!(cm.get("binaryData").is_none(), "{cm}");
+    }
 
     // Dispatched.
     let (s, v) = launch(

@@ -329,6 +329,10 @@ pub struct RemoteRenderArgs {
     /// The team (may be left out when you can edit in exactly one).
     #[arg(long)]
     pub team: Option<String>,
+    /// A steering file, as `remote launch --steer` gives one (repeatable): rendered as the
+    /// run's own ConfigMap beside the pack's.
+    #[arg(long = "steer", value_name = "FILE")]
+    pub steer: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -247,10 +247,15 @@ fn run_id(run: &str) -> Result<&str> {
     Ok(run)
 }
 
-/// A launch's JSON body: parameters and settings split by whether the name has a dot.
-fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
+/// `--param` values as a launch's parameters and settings, split by whether the name has a dot.
+pub(crate) fn params_and_settings(
+    given: &[String],
+) -> Result<(
+    serde_json::Map<String, serde_json::Value>,
+    serde_json::Map<String, serde_json::Value>,
+)> {
     let (mut params, mut settings) = (serde_json::Map::new(), serde_json::Map::new());
-    for p in &a.params {
+    for p in given {
         let (k, v) = p
             .split_once('=')
             .ok_or_else(|| anyhow!("--param {}: give name=value", escape(p)))?;
@@ -261,6 +266,30 @@ fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
         };
         into.insert(k.to_string(), v.into());
     }
+    Ok((params, settings))
+}
+
+/// `--steer` files as a launch's steering: each file's name and its text.
+pub(crate) fn steering(files: &[std::path::PathBuf]) -> Result<serde_json::Value> {
+    let mut steering = serde_json::Map::new();
+    for file in files {
+        let shown = || escape(&file.display().to_string()).into_owned();
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| anyhow!("--steer {}: not a file", shown()))?;
+        let text =
+            std::fs::read_to_string(file).map_err(|e| anyhow!("--steer {}: {e}", shown()))?;
+        if steering.insert(name.clone(), text.into()).is_some() {
+            bail!("--steer: two files named {}", escape(&name));
+        }
+    }
+    Ok(steering.into())
+}
+
+/// A launch's JSON body.
+fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
+    let (params, settings) = params_and_settings(&a.params)?;
     Ok(serde_json::json!({
         "pack": a.pack,
         "team": a.team,
@@ -277,24 +306,7 @@ fn launch_body(a: &LaunchSpec) -> Result<serde_json::Value> {
 /// run id, and with `--follow` streams the run and exits as `plan run` does.
 pub fn launch(r: &RemoteArgs, a: &RemoteLaunchArgs) -> Result<ExitCode> {
     let mut body = launch_body(&a.spec)?;
-    let mut steering = serde_json::Map::new();
-    for file in &a.steer {
-        let name = file
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .ok_or_else(|| {
-                anyhow!(
-                    "--steer {}: not a file",
-                    escape(&file.display().to_string())
-                )
-            })?;
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| anyhow!("--steer {}: {e}", escape(&file.display().to_string())))?;
-        if steering.insert(name.clone(), text.into()).is_some() {
-            bail!("--steer: two files named {}", escape(&name));
-        }
-    }
-    body["steering"] = steering.into();
+    body["steering"] = steering(&a.steer)?;
     let v = call(r, "POST", "/v1/launches", Some(&body))?;
     let id = v["id"].as_str().unwrap_or_default().to_string();
     eprintln!(

@@ -106,22 +106,11 @@ pub fn show(r: &RemoteArgs, a: &PackShowArgs) -> Result<ExitCode> {
 /// `crucible remote render`: the objects a launch on a Kubernetes target would create, printed
 /// as the controller rendered them (YAML documents); how the pack is delivered on stderr.
 pub fn render(r: &RemoteArgs, a: &RemoteRenderArgs) -> Result<ExitCode> {
-    let mut params = serde_json::Map::new();
-    let mut settings = serde_json::Map::new();
-    for p in &a.params {
-        let (k, v) = p
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--param {p}: expected NAME=VALUE"))?;
-        let into = if k.contains('.') {
-            &mut settings
-        } else {
-            &mut params
-        };
-        into.insert(k.to_string(), Value::String(v.to_string()));
-    }
+    let (params, settings) = crate::remote::params_and_settings(&a.params)?;
     let body = serde_json::json!({
         "target": a.target, "pack": a.pack, "team": a.team, "params": params,
         "settings": settings, "max_cost": a.max_cost, "max_time": a.max_time,
+        "steering": crate::remote::steering(&a.steer)?,
     });
     let answer = crate::remote::call(r, "POST", "/v1/render", Some(&body))?;
     eprintln!(
