@@ -832,6 +832,15 @@ fn as_pod(kube: &KubeDouble, server: &Server, id: &str, dir: &std::path::Path) -
     cmd
 }
 
+/// The first store's controller dispatching to a cluster double (target `shared`), its targets
+/// file in `dir`.
+fn dispatching(dir: &std::path::Path) -> (KubeDouble, Server) {
+    let kube = KubeDouble::start("s3cret");
+    let targets = dispatch_targets(&kube, dir);
+    let server = Server::start(&Store::all().remove(0), &["--targets", targets.as_str()]);
+    (kube, server)
+}
+
 // Issue 17 with the remote engine link — the dispatched Job's own command, run here as its pod
 // would run it (the pack unpacked from the ConfigMap the controller created, the state
 // directory empty, the environment the Job names: the controller's URL and run id, and the
@@ -840,11 +849,8 @@ fn as_pod(kube: &KubeDouble, server: &Server, id: &str, dir: &std::path::Path) -
 // objects.
 #[test]
 fn kubernetes_dispatched_job_reports_its_run_and_ends_finished() {
-    let store = Store::all().remove(0);
-    let kube = KubeDouble::start("s3cret");
     let dir = tempfile::tempdir().unwrap();
-    let targets = dispatch_targets(&kube, dir.path());
-    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let (kube, server) = dispatching(dir.path());
     let digest = push(&server, "k", PLAYBOOK);
     let id = launch_on(&server, &digest, "shared");
     let job_path = job_of(&kube, &id);
@@ -871,11 +877,8 @@ workflow([scan, gate, deploy, hold])
 // and the Job completed, deletes the run's objects.
 #[test]
 fn kubernetes_dispatched_job_asks_the_controllers_approvers() {
-    let store = Store::all().remove(0);
-    let kube = KubeDouble::start("s3cret");
     let dir = tempfile::tempdir().unwrap();
-    let targets = dispatch_targets(&kube, dir.path());
-    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let (kube, server) = dispatching(dir.path());
     let ann = server.member("platform", "ann", "approver");
     let src = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -884,19 +887,7 @@ fn kubernetes_dispatched_job_asks_the_controllers_approvers() {
     )
     .unwrap();
     std::fs::write(src.path().join("workflow.star"), GATED).unwrap();
-    let out = server.remote(&[
-        "pack",
-        "push",
-        src.path().to_str().unwrap(),
-        "--name",
-        "gated",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let digest = crate::controller_runs::push_dir(&server, "gated", src.path());
     let id = launch_on(&server, &digest, "shared");
     let job_path = job_of(&kube, &id);
     let child = as_pod(&kube, &server, &id, dir.path())
@@ -949,12 +940,9 @@ fn kubernetes_pack_base_steering_delivered_beside_the_pack() {
     use crate::controller::pack_digest;
     use crate::controller_runs::{push_dir, row};
     use crate::controller_steering::{AGENT, FOCUS, MANIFEST, PROBE};
-    let store = Store::all().remove(0);
-    let kube = KubeDouble::start("s3cret");
     // Outside /tmp: a task's sandbox empties /tmp.
     let dir = crate::support::probe_dir();
-    let targets = dispatch_targets(&kube, dir.path());
-    let server = Server::start(&store, &["--targets", targets.as_str()]);
+    let (kube, server) = dispatching(dir.path());
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("crucible.toml"), MANIFEST).unwrap();
     std::fs::write(src.path().join("probe.py"), PROBE).unwrap();

@@ -26,13 +26,7 @@ workflow([scan, gate, deploy, hold])
 /// from the very directory the engine runs it from: the pack and its digest.
 fn gated(server: &Server, name: &str, timeout: &str) -> (Pack, String) {
     let p = star(&GATED.replace("TIMEOUT", timeout));
-    let out = server.remote(&["pack", "push", p.path().to_str().unwrap(), "--name", name]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let digest = crate::controller_runs::push_dir(server, name, p.path());
     (p, digest)
 }
 
@@ -90,6 +84,21 @@ fn finish(child: Child) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Stops a linked run through `stop` and waits for its engine: exit 3 within 30 s, saying it was
+/// stopped on the controller.
+fn stopped(store: &str, stop: impl FnOnce(), child: Child) {
+    let began = Instant::now();
+    stop();
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 3, "{store}: {stdout}\n{stderr}");
+    assert!(
+        began.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(stderr.contains("stopped on the controller"), "{stderr}");
 }
 
 const CHAIN: &str = "[workflow]\ntype = \"playbook\"\n\
@@ -364,19 +373,8 @@ fn wait_log(server: &Server, id: &str, check: impl Fn(&str) -> bool) -> String {
 /// Registers the three-task pack: the pack and its digest.
 fn three(server: &Server) -> (Pack, String) {
     let p = star(THREE);
-    let out = server.remote(&[
-        "pack",
-        "push",
-        p.path().to_str().unwrap(),
-        "--name",
-        "three",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (p, String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let digest = crate::controller_runs::push_dir(server, "three", p.path());
+    (p, digest)
 }
 
 // The engine reports its session log to the controller, in order, from the engine itself: a
@@ -600,16 +598,7 @@ fn a_remote_run_stopped_on_the_controller_stops_its_engine() {
         let id = run["id"].as_str().unwrap();
         let child = engine(&p, &run);
         listed(&server, &ann, id);
-        let began = Instant::now();
-        stop(id);
-        let (code, stdout, stderr) = finish(child);
-        assert_eq!(code, 3, "{}: {stdout}\n{stderr}", server.store);
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "{:?}",
-            began.elapsed()
-        );
-        assert!(stderr.contains("stopped on the controller"), "{stderr}");
+        stopped(server.store, || stop(id), child);
         let s = shutdown_of(&p);
         assert_eq!(
             (s["outcome"].as_str(), s["verdict"].as_str()),
@@ -629,16 +618,7 @@ fn a_remote_run_stopped_on_the_controller_stops_its_engine() {
         std::fs::write(p.probe().join("slow"), "").unwrap();
         let child = engine(&p, &run);
         wait_log(&server, id, |l| l.contains("\"task_result\""));
-        let began = Instant::now();
-        stop(id);
-        let (code, stdout, stderr) = finish(child);
-        assert_eq!(code, 3, "{}: {stdout}\n{stderr}", server.store);
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "{:?}",
-            began.elapsed()
-        );
-        assert!(stderr.contains("stopped on the controller"), "{stderr}");
+        stopped(server.store, || stop(id), child);
         assert_eq!(shutdown_of(&p)["outcome"], "stopped");
         let b = p.row("b");
         assert_eq!(b["status"], "fail", "{b}");

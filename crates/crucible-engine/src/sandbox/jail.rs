@@ -109,6 +109,22 @@ struct Launch<'a> {
     errno: libc::c_int,
 }
 
+impl<'a> Launch<'a> {
+    /// A launch that makes the sandbox and runs nothing; `spawn` sets the program.
+    fn new(plan: &'a Plan, fds: &'a mut [libc::c_int], stdio: [libc::c_int; 3]) -> Launch<'a> {
+        Launch {
+            plan,
+            fds,
+            dev: [-1; DEV_NODES.len()],
+            stdio,
+            program: None,
+            argv: &[],
+            envp: &[],
+            errno: 0,
+        }
+    }
+}
+
 impl Jail {
     pub fn new(plan: Plan) -> Jail {
         Jail(Arc::new(plan))
@@ -137,16 +153,10 @@ impl Jail {
         let (err_r, err_w) = pipe()?;
         let null = std::fs::File::open("/dev/null")?;
         let mut fds = vec![-1; self.0.binds.len()];
-        let mut launch = Launch {
-            plan: &self.0,
-            fds: &mut fds,
-            dev: [-1; DEV_NODES.len()],
-            stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
-            program: Some(&program),
-            argv: &argv_ptrs,
-            envp: &envp_ptrs,
-            errno: 0,
-        };
+        let stdio = [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let mut launch = Launch::new(&self.0, &mut fds, stdio);
+        launch.program = Some(&program);
+        (launch.argv, launch.envp) = (&argv_ptrs, &envp_ptrs);
         let (pid, pidfd) = clone_task(&mut launch)?;
         let failed = launch.errno;
         drop((out_w, err_w, null));
@@ -173,16 +183,8 @@ impl Jail {
         let (err_r, err_w) = pipe().map_err(fail)?;
         let null = std::fs::File::open("/dev/null").map_err(fail)?;
         let mut fds = vec![-1; self.0.binds.len()];
-        let mut launch = Launch {
-            plan: &self.0,
-            fds: &mut fds,
-            dev: [-1; DEV_NODES.len()],
-            stdio: [null.as_raw_fd(), null.as_raw_fd(), err_w.as_raw_fd()],
-            program: None,
-            argv: &[],
-            envp: &[],
-            errno: 0,
-        };
+        let stdio = [null.as_raw_fd(), null.as_raw_fd(), err_w.as_raw_fd()];
+        let mut launch = Launch::new(&self.0, &mut fds, stdio);
         let (pid, _pidfd) = clone_task(&mut launch).map_err(fail)?;
         drop((err_w, null));
         let mut said = String::new();
