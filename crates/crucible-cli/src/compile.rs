@@ -13,7 +13,7 @@ use crucible_pack::manifest::{self, LoadedManifest};
 use crucible_plan::picture;
 use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::vocab::ceilings;
-use crucible_plan::{canonical, duration, render, validate, Plan, ValidatedPlan};
+use crucible_plan::{canonical, duration, render, Plan, ValidatedPlan};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -110,14 +110,13 @@ pub(crate) fn manifest_plan(
                 m.path.display()
             )
         })?;
-    let problems = validate::validate(&plan);
-    if problems.is_empty() {
-        let agent = &m.manifest.agent;
-        return match crucible_dsl::apply_launch_settings(&mut plan, params, Some(agent)) {
-            Ok(repo_ref) => validated(Compiled { plan, repo_ref }).map(Ok),
-            Err(d) => Ok(Err(d)),
-        };
-    }
+    // Validated once, with the launch settings applied (settings refused change nothing); the
+    // tables' own problems are named before a refused setting, as a source's would be.
+    let settings = crucible_dsl::apply_launch_settings(&mut plan, params, Some(&m.manifest.agent));
+    let problems = match ValidatedPlan::new(plan) {
+        Ok(plan) => return Ok(settings.map(|repo_ref| Loaded { plan, repo_ref })),
+        Err(problems) => problems,
+    };
     for p in &problems {
         eprintln!("{}", escape(&format!("{}: {p}", m.path.display())));
     }

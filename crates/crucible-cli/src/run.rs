@@ -11,7 +11,7 @@ use crucible_engine::history::{
     History, DEFAULT_HISTORY_MAX_BYTES, HISTORY_ENV, HISTORY_MAX_BYTES_ENV,
 };
 use crucible_engine::report::{self, ReportConfig};
-use crucible_engine::{Launch, Observer, RunErrorKind, RunRequest, RunSummary};
+use crucible_engine::{Launch, Observer, ReadAhead, RunErrorKind, RunRequest, RunSummary};
 use crucible_plan::terminal::{escape, escape_lines};
 use crucible_plan::wire::TaskResult;
 use crucible_plan::Verdict;
@@ -53,6 +53,12 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
     // Absolute paths: tasks run in the workspace, and every path handed to them must hold there.
     let manifest_path = std::path::absolute(&args.manifest)
         .with_context(|| format!("{}", args.manifest.display()))?;
+    // The pack's directory is the manifest's (`crucible_pack::load`).
+    let state_dir = match &args.state_dir {
+        Some(d) => std::path::absolute(d).with_context(|| format!("{}", d.display()))?,
+        None => manifest_path.with_file_name("state"),
+    };
+    let read_ahead = matches!(launch, Launch::Resume).then(|| ReadAhead::start(&state_dir));
     let mut manifest = crucible_pack::load(&manifest_path)?;
     manifest.workflow_type()?;
     for n in manifest.not_applied() {
@@ -89,10 +95,6 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         );
     }
     let max_secs = args.max_time;
-    let state_dir = match &args.state_dir {
-        Some(d) => std::path::absolute(d).with_context(|| format!("{}", d.display()))?,
-        None => manifest.dir.join("state"),
-    };
     // The parent may be named as any run id is: `latest`, or a unique prefix.
     let launch = match launch {
         Launch::Rerun { parent, select } => Launch::Rerun {
@@ -146,6 +148,7 @@ fn launch_run(args: &RunArgs, launch: Launch) -> Result<ExitCode> {
         model: args.model.clone(),
         max_files_bytes,
         launch,
+        read_ahead,
         inference,
         history,
         series: args.series.clone(),
@@ -328,7 +331,8 @@ pub(crate) fn row_line(
 }
 
 fn print_summary(s: &RunSummary) {
-    let mut out = std::io::stdout().lock();
+    // One write for the whole summary, not one per row: a run may have 100,000 rows.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let _ = writeln!(out);
     let mut parts = crate::inspect::Parts::default();
     for row in &s.sub_rows {

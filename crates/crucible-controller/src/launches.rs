@@ -218,6 +218,7 @@ pub(crate) async fn prepare(
         model: None,
         max_files_bytes: engine.max_files_bytes,
         launch: mode,
+        read_ahead: None,
         inference: engine.inference.clone(),
         history,
         // A series run's history is the controller's to supply (C-RUN-HISTORY), never a

@@ -473,6 +473,7 @@ mod tests {
             caps: Vec::new(),
             jobs: 1,
             launch: crate::Launch::Fresh,
+            read_ahead: None,
             inference: Default::default(),
             history: crate::history::History::none(0),
             series: None,

@@ -354,7 +354,7 @@ fn state_err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_
 }
 
 pub async fn execute(
-    req: RunRequest,
+    mut req: RunRequest,
     adm: Admitted,
     observer: &mut dyn Observer,
     mut stop: mpsc::UnboundedReceiver<()>,
@@ -384,9 +384,10 @@ pub async fn execute(
     }
     // RFC-0002:C-PLAYBOOK-RESUME / C-PLAYBOOK-RERUN: what the launch continues or reuses.
     let (mut resumed, mut parent) = (None, None);
+    let read_ahead = req.read_ahead.take();
     match &req.launch {
         Launch::Fresh => {}
-        Launch::Resume => match resume::reopen(&req, adm.max_cost, &ws, &state_dir)? {
+        Launch::Resume => match resume::reopen(&req, read_ahead, adm.max_cost, &ws, &state_dir)? {
             Resumption::Finished(summary) => return Ok(*summary),
             Resumption::Live(r) => resumed = Some(r),
         },
@@ -605,13 +606,15 @@ pub async fn execute(
     });
     let n = req.plan.tasks.len();
     let br = branch::Branches::new(&req.plan, &adm);
+    // The coordinator owns the plan's tasks from here: nothing else reads the plan.
+    let plan = req.plan.into_plan();
     let (abort, _) = watch::channel(Abort::None);
     // RFC-0002:C-RUN-HISTORY: every task reads the history the run was started with (a new
     // run saved it above), so a resumed run gives each task the same history.
     let history = History::load(&run_dir, 0).map_err(state_err("history"))?;
     let mut c = Coord {
-        tasks: Arc::new(req.plan.tasks.clone()),
-        params: serde_json::to_value(&req.plan.params).expect("params serialize"),
+        params: serde_json::to_value(&plan.params).expect("params serialize"),
+        tasks: Arc::new(plan.tasks),
         history,
         waiting: adm.graph.deps().iter().map(Vec::len).collect(),
         adm,
@@ -727,7 +730,18 @@ pub async fn execute(
             }
         }
     }
-    c.finish()
+    let summary = c.finish();
+    free_later(req.manifest);
+    summary
+}
+
+/// Drops `value` on a thread of its own: a large run's plan, graph and manifest take tens of
+/// milliseconds to free, which the report of the run's end need not wait for.
+fn free_later<T: Send + 'static>(value: T) {
+    // A thread that cannot start drops the closure, and the value with it, here.
+    let _ = std::thread::Builder::new()
+        .name("free".into())
+        .spawn(move || drop(value));
 }
 
 impl Coord<'_> {
@@ -779,21 +793,23 @@ impl Coord<'_> {
             }
             self.state[i] = TaskState::Settled(Box::new(row));
         }
+        let tasks = Arc::clone(&self.tasks);
         for &i in &order {
-            let t = self.task(i).clone();
-            let row = self.state[i].row().expect("folded").clone();
+            let t = &tasks[i];
+            let row = self.state[i].row().expect("folded");
             let main = t.stage == Stage::Iteration;
+            let halts = main && t.required && halting(row);
             let mut report = Report::empty();
             report.graded = Graded {
                 status: row.status,
                 note: row.note.clone(),
                 output: row.output.clone(),
             };
-            attempt::declared_completion(&t, main, &mut report);
+            attempt::declared_completion(t, main, &mut report);
             if let (Some(reason), None) = (report.completion, &self.completion) {
                 self.completion = Some(reason);
             }
-            if main && t.required && halting(&row) && self.halted_by.is_none() {
+            if halts && self.halted_by.is_none() {
                 self.halt(i);
             }
         }
@@ -801,7 +817,7 @@ impl Coord<'_> {
             self.refold(i);
         }
         for i in order {
-            for j in self.adm.graph.dependents()[i].clone() {
+            for &j in &self.adm.graph.dependents()[i] {
                 self.waiting[j] -= 1;
             }
         }
@@ -1517,7 +1533,7 @@ impl Coord<'_> {
             elapsed_secs: elapsed,
         });
         log::append_now(&mut file, &shutdown).map_err(state_err("session log"))?;
-        Ok(RunSummary {
+        let summary = RunSummary {
             run_id: self.ctx.run_id.clone(),
             run_dir: self.ctx.run_dir.clone(),
             outcome,
@@ -1542,7 +1558,9 @@ impl Coord<'_> {
                 })
                 .collect(),
             sub_rows: self.sub_rows,
-        })
+        };
+        free_later((self.tasks, self.adm, self.br, self.ctx));
+        Ok(summary)
     }
 }
 

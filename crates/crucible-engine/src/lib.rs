@@ -40,6 +40,7 @@ use std::time::Duration;
 pub use admit::{admission, prices, substrate_caps, Admission, Substrate};
 pub use log::now_ts;
 pub use proc::ProcessGroups;
+pub use resume::ReadAhead;
 pub use taskio::stderr_tail;
 
 /// Everything one run needs.
@@ -65,6 +66,8 @@ pub struct RunRequest {
     pub max_files_bytes: u64,
     /// A new run, a resumption of the most recent one, or a rerun of a finished one.
     pub launch: Launch,
+    /// A resumption's session log, read while the plan was compiled (`None`: read it then).
+    pub read_ahead: Option<ReadAhead>,
     /// The model bindings of `CRUCIBLE_INFERENCE`; a decision binding is what a route a model
     /// decides asks.
     pub inference: crucible_agent::inference::Inference,

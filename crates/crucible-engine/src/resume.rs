@@ -5,7 +5,7 @@
 
 use crate::{files, git, state, RunError, RunRequest, RunSummary};
 use crucible_plan::wire::{
-    decode_line, decode_own_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
+    decode_line, decode_own_log_without, Event, PlanAdmitted, Shutdown, Start, TaskResult,
 };
 use crucible_plan::Status;
 use std::collections::{HashMap, HashSet};
@@ -38,14 +38,19 @@ pub struct Log {
 /// Reads a session log. A torn last line is tolerated; any other malformed line is refused
 /// with its line number.
 pub fn read_log(path: &Path) -> Result<Log, RunError> {
+    read_log_without(path, &[])
+}
+
+/// Reads a session log, checking but leaving out the lines of the kinds in `skip`.
+fn read_log_without(path: &Path, skip: &[&str]) -> Result<Log, RunError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         RunError::refused(format!(
             "cannot read the session log {}: {e}",
             path.display()
         ))
     })?;
-    let lines =
-        decode_own_log(&text).map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
+    let lines = decode_own_log_without(&text, skip)
+        .map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
     let (mut torn, mut unterminated) = (None, false);
     if !text.is_empty() && !text.ends_with('\n') {
         let cut = text.rfind('\n').map_or(0, |i| i + 1);
@@ -55,6 +60,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
             torn = Some(cut as u64);
         }
     }
+    let rows = lines.len();
     let mut it = lines.into_iter();
     let (start, ts) = match it.next() {
         Some(l) => match l.event {
@@ -73,7 +79,7 @@ pub fn read_log(path: &Path) -> Result<Log, RunError> {
         start,
         started_at,
         admitted: None,
-        rows: Vec::new(),
+        rows: Vec::with_capacity(rows),
         asks: 0,
         opened: Vec::new(),
         stages: Vec::new(),
@@ -189,14 +195,12 @@ pub enum Resumption {
     Live(Box<Reopened>),
 }
 
-/// Picks the most recent run (`state/current`), checks that the launch matches it, and, unless
-/// it already shut down, rebuilds its workspace and opens its log for appending.
-pub fn reopen(
-    req: &RunRequest,
-    max_cost: f64,
-    ws: &Path,
-    state_dir: &Path,
-) -> Result<Resumption, RunError> {
+/// The lines a resumption leaves out: the admitted plan is the run's record of what it ran (a
+/// rerun reads it); a resumption compiles its own plan and checks its digest.
+const RESUME_SKIPS: &[&str] = &["plan_admitted"];
+
+/// The most recent run (`state/current`): its id, directory and session log.
+fn current_run(state_dir: &Path) -> Result<(String, PathBuf, PathBuf), RunError> {
     let current = std::fs::read_to_string(state_dir.join("current")).map_err(|e| {
         RunError::refused(format!(
             "nothing to resume: no run recorded in {} ({e})",
@@ -211,8 +215,85 @@ pub fn reopen(
         ))
     })?;
     let path = run_dir.join("session.jsonl");
-    let log = read_log(&path)?;
-    check_identity(req, &log.start, max_cost)?;
+    Ok((run_id, run_dir, path))
+}
+
+/// A resumption's session log, read on a thread of its own while the caller compiles the plan:
+/// at 100,000 rows each takes a few hundred milliseconds, and neither needs the other. It is
+/// read before the engine holds the state directory's lock, so [`reopen`] uses it only if the
+/// run is still the current one and its log has not changed since; otherwise it reads it again.
+pub struct ReadAhead(std::thread::JoinHandle<Option<Early>>);
+
+struct Early {
+    run_id: String,
+    stamp: Stamp,
+    log: Result<Log, RunError>,
+}
+
+/// A log's file and its last change, taken before it is read. Every writer of a log appends to
+/// it or cuts a torn line, each of which changes its length or times.
+#[derive(PartialEq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+}
+
+impl ReadAhead {
+    pub fn start(state_dir: &Path) -> ReadAhead {
+        let state_dir = state_dir.to_path_buf();
+        ReadAhead(std::thread::spawn(move || {
+            let (run_id, _, path) = current_run(&state_dir).ok()?;
+            let stamp = Stamp::of(&path)?;
+            let log = read_log_without(&path, RESUME_SKIPS);
+            Some(Early { run_id, stamp, log })
+        }))
+    }
+
+    /// The log read ahead, if it is `run_id`'s and the file at `path` is unchanged.
+    fn take(self, run_id: &str, path: &Path) -> Option<Result<Log, RunError>> {
+        let early = self.0.join().ok()??;
+        let unchanged = early.run_id == run_id && Stamp::of(path) == Some(early.stamp);
+        unchanged.then_some(early.log)
+    }
+}
+
+/// Picks the most recent run (`state/current`), checks that the launch matches it, and, unless
+/// it already shut down, rebuilds its workspace and opens its log for appending.
+pub fn reopen(
+    req: &RunRequest,
+    read_ahead: Option<ReadAhead>,
+    max_cost: f64,
+    ws: &Path,
+    state_dir: &Path,
+) -> Result<Resumption, RunError> {
+    let (run_id, run_dir, path) = current_run(state_dir)?;
+    // The plan's digest, a safeguard of the identity check, is computed while the log is read
+    // (unless it was read ahead): both grow with the plan and neither needs the other.
+    let (log, plan_digest) = std::thread::scope(|s| {
+        let digest = s.spawn(|| crucible_plan::canonical::plan_digest(&req.plan));
+        let log = (read_ahead.and_then(|r| r.take(&run_id, &path)))
+            .unwrap_or_else(|| read_log_without(&path, RESUME_SKIPS));
+        (log, digest.join().expect("a plan digest does not panic"))
+    });
+    let log = log?;
+    check_identity(req, &log.start, &plan_digest, max_cost)?;
     if let Some(sd) = &log.shutdown {
         let reused = reused_spend(&req.plan, &log.rows);
         return Ok(Resumption::Finished(Box::new(RunSummary {
@@ -286,7 +367,12 @@ pub fn reopen(
 
 /// RFC-0002:C-PLAYBOOK-RESUME: the same pack, params, variant and cost ceiling, each named when
 /// it differs. The plan digest follows from those; it is checked last as a safeguard.
-fn check_identity(req: &RunRequest, start: &Start, max_cost: f64) -> Result<(), RunError> {
+fn check_identity(
+    req: &RunRequest,
+    start: &Start,
+    plan_digest: &str,
+    max_cost: f64,
+) -> Result<(), RunError> {
     let mut diffs = Vec::new();
     if start.pack != req.pack_digest {
         diffs.push(format!(
@@ -316,7 +402,7 @@ fn check_identity(req: &RunRequest, start: &Start, max_cost: f64) -> Result<(), 
             start.max_cost, max_cost
         ));
     }
-    if diffs.is_empty() && start.plan != crucible_plan::canonical::plan_digest(&req.plan) {
+    if diffs.is_empty() && start.plan != plan_digest {
         diffs.push("the compiled plan".into());
     }
     if diffs.is_empty() {
@@ -376,6 +462,53 @@ mod tests {
             .into_iter()
             .map(|r| r.task)
             .collect()
+    }
+
+    // RFC-0002:C-PLAYBOOK-RESUME: a log read ahead, before the engine holds the lock, is used
+    // only while it is the current run's and unchanged; a line appended since, or another run
+    // made current, and the log is read again.
+    #[test]
+    fn a_log_read_ahead_is_used_only_while_unchanged() {
+        let state = tempfile::tempdir().unwrap();
+        let (a, b) = (state::new_run_id(), state::new_run_id());
+        for id in [&a, &b] {
+            let dir = state::run_dir(state.path(), id).unwrap();
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("session.jsonl"),
+                format!("{}\n{}\n", start(), row("x")),
+            )
+            .unwrap();
+        }
+        let current = |id: &str| std::fs::write(state.path().join("current"), id).unwrap();
+        let path = |id: &str| {
+            state::run_dir(state.path(), id)
+                .unwrap()
+                .join("session.jsonl")
+        };
+        current(&a);
+        let early = ReadAhead::start(state.path()).take(&a, &path(&a));
+        assert_eq!(early.expect("unchanged").unwrap().rows.len(), 1);
+        // Read ahead to the end, then a line appended before the engine takes it.
+        let read = ReadAhead::start(state.path()).0.join().unwrap();
+        let ahead = ReadAhead(std::thread::spawn(move || read));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path(&a))
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("{}\n", row("y")).as_bytes()).unwrap();
+        assert!(
+            ahead.take(&a, &path(&a)).is_none(),
+            "a line was appended since"
+        );
+        let ahead = ReadAhead::start(state.path());
+        assert!(
+            ahead.take(&b, &path(&b)).is_none(),
+            "another run is current"
+        );
+        current(&b);
+        let early = ReadAhead::start(state.path()).take(&b, &path(&b));
+        assert_eq!(early.expect("unchanged").unwrap().start.run, "r");
     }
 
     // RFC-0002:C-PLAYBOOK-RESUME: a torn last line is cut before anything is appended, so the

@@ -24,7 +24,25 @@ pub fn to_pretty<T: Serialize + ?Sized>(value: &T) -> String {
 /// The value with every object's keys in byte order, whether or not serde_json's
 /// `preserve_order` feature is on somewhere in the build.
 pub fn sorted<T: Serialize + ?Sized>(value: &T) -> Value {
-    sort_value(serde_json::to_value(value).expect("plan types always serialize"))
+    let v = serde_json::to_value(value).expect("plan types always serialize");
+    if maps_are_sorted() {
+        v
+    } else {
+        sort_value(v)
+    }
+}
+
+/// Whether serde_json's map keeps its keys in byte order (its default `BTreeMap`), so that a
+/// value needs no second pass to be canonical: a plan's value has a map per task.
+fn maps_are_sorted() -> bool {
+    static SORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SORTED.get_or_init(|| {
+        let map: serde_json::Map<String, Value> = [("b", 0), ("a", 0)]
+            .map(|(k, v)| (k.into(), v.into()))
+            .into_iter()
+            .collect();
+        map.keys().map(String::as_str).eq(["a", "b"])
+    })
 }
 
 fn sort_value(v: Value) -> Value {
@@ -44,9 +62,27 @@ pub fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// The plan digest: over the canonical JSON of the whole plan.
+/// The plan digest: over the canonical JSON of the whole plan, hashed as it is written (a
+/// plan of 100,000 tasks is tens of megabytes of JSON, never held whole).
 pub fn plan_digest(plan: &Plan) -> String {
-    sha256(to_string(plan).as_bytes())
+    /// Bytes written go straight into the hash.
+    struct Hashing(Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, Hashing(Sha256::new()));
+    serde_json::to_writer(&mut out, &sorted(plan)).expect("a JSON value always serializes");
+    let hash = out
+        .into_inner()
+        .map_err(|_| ())
+        .expect("hashing never fails");
+    format!("sha256:{}", hex::encode(hash.0.finalize()))
 }
 
 /// Every task's definition digest, keyed by task name.
@@ -95,4 +131,30 @@ fn digest_of(
     let digest = sha256(to_string(&body).as_bytes());
     done.insert(task.name.clone(), digest.clone());
     digest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The digest hashed as the JSON is written is the digest of the canonical text, and that
+    // text is key-sorted at every level (serde_json's map here, or the second pass).
+    #[test]
+    fn the_plan_digest_is_over_the_canonical_text() {
+        let plan: Plan = serde_json::from_value(serde_json::json!({
+            "version": 1,
+            "type": "playbook",
+            "params": {"zeta": {"b": 1, "a": [{"y": 1, "x": 2}]}, "alpha": 0},
+            "tasks": [{"name": "t", "kind": "command", "run": "true"}],
+        }))
+        .unwrap();
+        let text = to_string(&plan);
+        assert_eq!(plan_digest(&plan), sha256(text.as_bytes()));
+        let at = |k: &str| text.find(&format!("\"{k}\"")).unwrap();
+        assert!(
+            at("alpha") < at("zeta") && at("a") < at("b") && at("x") < at("y"),
+            "{text}"
+        );
+        assert_eq!(to_string(&sort_value(sorted(&plan))), text);
+    }
 }

@@ -28,6 +28,12 @@ impl ValidatedPlan {
         }
     }
 
+    /// The plan itself, for an owner that no longer needs it checked (the engine's
+    /// coordinator, once the run is admitted).
+    pub fn into_plan(self) -> Plan {
+        self.plan
+    }
+
     pub fn graph(&self) -> &Graph {
         &self.graph
     }

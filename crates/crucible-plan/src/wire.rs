@@ -438,7 +438,7 @@ pub fn json_depth(v: &Value) -> usize {
 /// and unknown kinds are skipped; a torn (unparseable) last line without a trailing newline is
 /// tolerated; any other malformed line is refused with its line number.
 pub fn decode_log(text: &str) -> Result<Vec<Line>, DecodeError> {
-    decode(text, false)
+    decode(text, false, &[])
 }
 
 /// Decodes a log this engine wrote, to fold it back (resume, rerun): as [`decode_log`], but a
@@ -446,55 +446,119 @@ pub fn decode_log(text: &str) -> Result<Vec<Line>, DecodeError> {
 /// or folded. The engine writes only the kinds it knows, and one `task_result` per task: an
 /// unknown kind, or a second row for a task already settled, was put there by someone else.
 pub fn decode_own_log(text: &str) -> Result<Vec<Line>, DecodeError> {
-    decode(text, true)
+    decode(text, true, &[])
 }
 
-fn decode(text: &str, own: bool) -> Result<Vec<Line>, DecodeError> {
-    let mut settled = std::collections::HashSet::new();
-    let mut out = Vec::new();
+/// As [`decode_own_log`], but a line of a kind in `skip` is only checked to be a well-formed
+/// line of that kind, and left out. A resumption has no use for the admitted plan, by far the
+/// longest line of a large run's log (a third of it at 100,000 tasks).
+pub fn decode_own_log_without(text: &str, skip: &[&str]) -> Result<Vec<Line>, DecodeError> {
+    decode(text, true, skip)
+}
+
+fn decode(text: &str, own: bool, skip: &[&str]) -> Result<Vec<Line>, DecodeError> {
     let ends_clean = text.ends_with('\n');
     let lines: Vec<&str> = text.split('\n').collect();
     let last = lines.len().saturating_sub(1);
-    for (i, raw) in lines.iter().enumerate() {
-        if raw.trim().is_empty() {
-            continue;
-        }
+    let decoded = decode_lines(&lines, skip);
+    // The lines in order up to the first malformed one, and where each was.
+    let (mut out, mut at) = (Vec::with_capacity(decoded.len()), Vec::new());
+    let mut malformed = None;
+    for (i, decoded) in decoded {
         let refuse = |message: String| DecodeError {
             line: i + 1,
             message,
         };
-        match decode_line(raw) {
-            Ok(Some(line)) => {
-                if let Event::TaskResult(r) = &line.event {
-                    if own && !settled.insert(r.task.clone()) {
-                        return Err(refuse(format!(
-                            "a second task_result for `{}`, which an earlier line settled",
-                            r.task
-                        )));
-                    }
-                }
-                out.push(line)
+        match decoded {
+            Ok(Read::Line(line)) => {
+                out.push(line);
+                at.push(i);
             }
-            Ok(None) if own => {
-                return Err(refuse(
+            Ok(Read::Unknown) if own => {
+                malformed = Some(refuse(
                     "a kind this engine does not write: the log was not written by it alone".into(),
-                ))
+                ));
+                break;
             }
-            Ok(None) => {}
+            Ok(Read::Unknown | Read::Skipped) => {}
             Err(_) if i == last && !ends_clean => {} // torn by a crash mid-write
             Err(message) => {
-                return Err(DecodeError {
-                    line: i + 1,
-                    message,
-                })
+                malformed = Some(refuse(message));
+                break;
             }
         }
     }
-    Ok(out)
+    // A second row for a task comes before the malformed line, if any: it is named first.
+    if own {
+        let mut settled = std::collections::HashSet::with_capacity(out.len());
+        for (line, i) in out.iter().zip(&at) {
+            if let Event::TaskResult(r) = &line.event {
+                if !settled.insert(r.task.as_str()) {
+                    return Err(DecodeError {
+                        line: i + 1,
+                        message: format!(
+                            "a second task_result for `{}`, which an earlier line settled",
+                            r.task
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    match malformed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Lines decoded per thread at the least: below this a thread costs more than it saves.
+const LINES_PER_THREAD: usize = 8192;
+
+/// Every non-blank line decoded, with its index, in order. A long log (a resume of a large run
+/// reads every row) is decoded in contiguous parts on every core; the checks that depend on
+/// order stay with the caller, which reads the parts in order.
+fn decode_lines(lines: &[&str], skip: &[&str]) -> Vec<(usize, Result<Read, String>)> {
+    let part = |from: usize, lines: &[&str]| -> Vec<_> {
+        (lines.iter().enumerate())
+            .filter(|(_, raw)| !raw.trim().is_empty())
+            .map(|(i, raw)| (from + i, read_line(raw, skip)))
+            .collect()
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.min(lines.len() / LINES_PER_THREAD).max(1);
+    if threads == 1 {
+        return part(0, lines);
+    }
+    let size = lines.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = (lines.chunks(size).enumerate())
+            .map(|(k, chunk)| s.spawn(move || part(k * size, chunk)))
+            .collect();
+        (parts.into_iter())
+            .flat_map(|p| p.join().expect("decoding a line does not panic"))
+            .collect()
+    })
+}
+
+/// One line as read. Nearly every line is a `Line`: boxing it would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Read {
+    Line(Line),
+    /// A kind the reader asked to leave out.
+    Skipped,
+    /// A kind this reader does not know.
+    Unknown,
 }
 
 /// Decodes one line; `Ok(None)` for a kind this reader does not know.
 pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
+    Ok(match read_line(raw, &[])? {
+        Read::Line(line) => Some(line),
+        Read::Skipped | Read::Unknown => None,
+    })
+}
+
+fn read_line(raw: &str, skip: &[&str]) -> Result<Read, String> {
     /// The envelope alone: the event's own fields are skipped here and read once, straight
     /// into the event's type below (no map of values built and walked again per line).
     #[derive(Deserialize)]
@@ -522,6 +586,9 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
         .as_ref()
         .and_then(Value::as_str)
         .ok_or("no `kind`")?;
+    if skip.contains(&kind) {
+        return Ok(Read::Skipped);
+    }
     fn read<T: serde::de::DeserializeOwned>(raw: &str) -> serde_json::Result<T> {
         serde_json::from_str(raw)
     }
@@ -535,7 +602,7 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
         "runbook_stages_closed" => read(raw).map(Event::RunbookStagesClosed),
         "resumed" => read(raw).map(Event::Resumed),
         "shutdown" => read(raw).map(Event::Shutdown),
-        _ => return Ok(None),
+        _ => return Ok(Read::Unknown),
     }
     .map_err(|e| format!("bad `{kind}`: {e}"))?;
     if let Event::TaskResult(TaskResult {
@@ -549,7 +616,7 @@ pub fn decode_line(raw: &str) -> Result<Option<Line>, String> {
             ));
         }
     }
-    Ok(Some(Line { ts, event }))
+    Ok(Read::Line(Line { ts, event }))
 }
 
 #[cfg(test)]
@@ -609,6 +676,59 @@ mod tests {
             err.message.contains("second task_result"),
             "{}",
             err.message
+        );
+    }
+
+    // A log long enough to be decoded in parts on every core reads as it would line by line:
+    // every row in order, a kind asked to be left out left out but still checked, and each
+    // refusal naming its own line, the earliest first.
+    #[test]
+    fn a_long_log_is_decoded_in_order_and_refused_at_the_right_line() {
+        let n = 3 * LINES_PER_THREAD;
+        let admitted = encode(
+            &Event::PlanAdmitted(PlanAdmitted {
+                plan_version: 1,
+                history_record: String::new(),
+                tasks: Vec::new(),
+            }),
+            "t",
+        );
+        let rows: Vec<String> = (0..n)
+            .map(|i| {
+                encode(
+                    &Event::TaskResult(TaskResult::new(format!("t{i}"), Status::Pass)),
+                    "t",
+                )
+            })
+            .collect();
+        let log = format!("{admitted}\n{}\n", rows.join("\n"));
+        let all = decode_own_log(&log).unwrap();
+        assert_eq!(all.len(), n + 1);
+        assert!(matches!(all[0].event, Event::PlanAdmitted(_)));
+        let without = decode_own_log_without(&log, &["plan_admitted"]).unwrap();
+        let names: Vec<&str> = (without.iter())
+            .map(|l| match &l.event {
+                Event::TaskResult(r) => r.task.as_str(),
+                other => panic!("{other:?} was left in"),
+            })
+            .collect();
+        assert_eq!(names, (0..n).map(|i| format!("t{i}")).collect::<Vec<_>>());
+        // A left-out line is still a line of the log: malformed, it is refused.
+        let torn_admitted = format!("{{\"kind\":\"plan_admitted\",\n{}\n", rows.join("\n"));
+        let err = decode_own_log_without(&torn_admitted, &["plan_admitted"]).unwrap_err();
+        assert_eq!(err.line, 1);
+        // Far into the last part: a malformed line, and before it a second row for a task.
+        let mut lines = rows.clone();
+        lines[n - 10] = "{oops".into();
+        assert_eq!(
+            decode_own_log(&(lines.join("\n") + "\n")).unwrap_err().line,
+            n - 9
+        );
+        lines[n - 20] = rows[5].clone();
+        let err = decode_own_log(&(lines.join("\n") + "\n")).unwrap_err();
+        assert_eq!(
+            (err.line, err.message.contains("second task_result")),
+            (n - 19, true)
         );
     }
 

@@ -17,6 +17,7 @@ use crucible_plan::wire::TaskResult;
 use crucible_plan::{BlockedReason, Join, Plan, Stage, Status, Task, TaskKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Which part of a task an attempt ran.
 pub(super) enum Sub {
@@ -275,7 +276,8 @@ impl Coord<'_> {
     /// consumers read (`per_instance`), from its folded instance rows in source order. Kept
     /// only when it agrees with the node's logged row: a node settled without expanding has none.
     pub(super) fn refold(&mut self, i: usize) {
-        let task = self.task(i).clone();
+        let tasks = Arc::clone(&self.tasks);
+        let task = &tasks[i];
         let Some(r) = self.state[i].row() else {
             return;
         };
@@ -284,7 +286,7 @@ impl Coord<'_> {
         }
         let (status, note) = (r.status, r.note.clone());
         let entries = self.dep_entries(i, &|d| self.entry_of(d));
-        let Ok(instances) = fanout::expand(&task, &entries) else {
+        let Ok(instances) = fanout::expand(task, &entries) else {
             return; // `entry_of` answers an unexpanded node from its row
         };
         let mut rows = Vec::new();
