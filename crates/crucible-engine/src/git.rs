@@ -512,6 +512,9 @@ impl Memory {
         // before: checking that each exists (one file lookup per entry, so a whole tree's
         // worth per commit) is work that grows with the workspace and proves nothing.
         git2::opts::strict_object_creation(false);
+        // Nor is hashing every object read back to check its id: packing reads every loose
+        // object the memory wrote since the last pack (a flat directory's tree whole, each time).
+        git2::opts::strict_hash_verification(false);
         let repo = Repository::open(ws).map_err(gerr("cannot open git memory"))?;
         window_of_one(&repo)?;
         let head = repo

@@ -11,6 +11,7 @@
 
 use super::{gerr, ioerr, GitError};
 use git2::{ObjectType, Oid, Repository};
+use sha1::Digest;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,13 @@ pub(super) fn write_stored(
     kind: ObjectType,
     data: &[u8],
 ) -> Result<Oid, GitError> {
-    let id = Oid::hash_object(kind, data).map_err(gerr("cannot hash an object"))?;
+    let mut payload = format!("{} {}\0", kind.str(), data.len()).into_bytes();
+    payload.extend_from_slice(data);
+    // The object's id, as git computes it (SHA-1 of header and data). libgit2's own hash detects
+    // collision attacks at several times the cost; these objects are the engine's own trees and
+    // commits, naming objects it wrote or read from the memory.
+    let id =
+        Oid::from_bytes(&sha1::Sha1::digest(&payload)).map_err(gerr("cannot hash an object"))?;
     let odb = repo
         .odb()
         .map_err(gerr("cannot open the object database"))?;
@@ -33,8 +40,6 @@ pub(super) fn write_stored(
     let hex = id.to_string();
     let dir = repo.path().join("objects").join(&hex[..2]);
     std::fs::create_dir_all(&dir).map_err(ioerr(format!("{}", dir.display())))?;
-    let mut payload = format!("{} {}\0", kind.str(), data.len()).into_bytes();
-    payload.extend_from_slice(data);
     let tmp = dir.join(format!("tmp_obj_crucible_{}", std::process::id()));
     let fin = dir.join(&hex[2..]);
     let write = || -> std::io::Result<()> {
