@@ -5,7 +5,7 @@
 
 use crate::{files, git, state, RunError, RunRequest, RunSummary};
 use crucible_plan::wire::{
-    decode_line, decode_own_log_without, Event, PlanAdmitted, Shutdown, Start, TaskResult,
+    decode_line, decode_own_log, Event, PlanAdmitted, Shutdown, Start, TaskResult,
 };
 use crucible_plan::Status;
 use std::collections::{HashMap, HashSet};
@@ -49,7 +49,7 @@ fn read_log_without(path: &Path, skip: &[&str]) -> Result<Log, RunError> {
             path.display()
         ))
     })?;
-    let lines = decode_own_log_without(&text, skip)
+    let lines = decode_own_log(&text, skip)
         .map_err(|e| RunError::refused(format!("{}: {e}", path.display())))?;
     let (mut torn, mut unterminated) = (None, false);
     if !text.is_empty() && !text.ends_with('\n') {

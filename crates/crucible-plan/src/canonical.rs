@@ -65,24 +65,13 @@ pub fn sha256(bytes: &[u8]) -> String {
 /// The plan digest: over the canonical JSON of the whole plan, hashed as it is written (a
 /// plan of 100,000 tasks is tens of megabytes of JSON, never held whole).
 pub fn plan_digest(plan: &Plan) -> String {
-    /// Bytes written go straight into the hash.
-    struct Hashing(Sha256);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.update(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut out = std::io::BufWriter::with_capacity(64 << 10, Hashing(Sha256::new()));
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, Sha256::new());
     serde_json::to_writer(&mut out, &sorted(plan)).expect("a JSON value always serializes");
     let hash = out
         .into_inner()
         .map_err(|_| ())
         .expect("hashing never fails");
-    format!("sha256:{}", hex::encode(hash.0.finalize()))
+    format!("sha256:{}", hex::encode(hash.finalize()))
 }
 
 /// Every task's definition digest, keyed by task name.

@@ -445,14 +445,10 @@ pub fn decode_log(text: &str) -> Result<Vec<Line>, DecodeError> {
 /// row the engine could not have written is refused with its line number rather than skipped
 /// or folded. The engine writes only the kinds it knows, and one `task_result` per task: an
 /// unknown kind, or a second row for a task already settled, was put there by someone else.
-pub fn decode_own_log(text: &str) -> Result<Vec<Line>, DecodeError> {
-    decode(text, true, &[])
-}
-
-/// As [`decode_own_log`], but a line of a kind in `skip` is only checked to be a well-formed
-/// line of that kind, and left out. A resumption has no use for the admitted plan, by far the
-/// longest line of a large run's log (a third of it at 100,000 tasks).
-pub fn decode_own_log_without(text: &str, skip: &[&str]) -> Result<Vec<Line>, DecodeError> {
+/// A line of a kind in `skip` is only checked to be a well-formed line of that kind, and left
+/// out: a resumption has no use for the admitted plan, by far the longest line of a large run's
+/// log (a third of it at 100,000 tasks).
+pub fn decode_own_log(text: &str, skip: &[&str]) -> Result<Vec<Line>, DecodeError> {
     decode(text, true, skip)
 }
 
@@ -666,11 +662,11 @@ mod tests {
     fn the_engine_refuses_rows_it_could_not_have_written() {
         let good = encode(&shutdown(), "t");
         let unknown = format!("{good}\n{{\"v\":1,\"kind\":\"note\",\"ts\":\"t\"}}\n");
-        assert_eq!(decode_own_log(&unknown).unwrap_err().line, 2);
+        assert_eq!(decode_own_log(&unknown, &[]).unwrap_err().line, 2);
         let row = encode(&Event::TaskResult(TaskResult::new("a", Status::Pass)), "t");
         let twice = format!("{row}\n{good}\n{row}\n");
         assert_eq!(decode_log(&twice).unwrap().len(), 3);
-        let err = decode_own_log(&twice).unwrap_err();
+        let err = decode_own_log(&twice, &[]).unwrap_err();
         assert_eq!(err.line, 3);
         assert!(
             err.message.contains("second task_result"),
@@ -702,10 +698,10 @@ mod tests {
             })
             .collect();
         let log = format!("{admitted}\n{}\n", rows.join("\n"));
-        let all = decode_own_log(&log).unwrap();
+        let all = decode_own_log(&log, &[]).unwrap();
         assert_eq!(all.len(), n + 1);
         assert!(matches!(all[0].event, Event::PlanAdmitted(_)));
-        let without = decode_own_log_without(&log, &["plan_admitted"]).unwrap();
+        let without = decode_own_log(&log, &["plan_admitted"]).unwrap();
         let names: Vec<&str> = (without.iter())
             .map(|l| match &l.event {
                 Event::TaskResult(r) => r.task.as_str(),
@@ -715,17 +711,19 @@ mod tests {
         assert_eq!(names, (0..n).map(|i| format!("t{i}")).collect::<Vec<_>>());
         // A left-out line is still a line of the log: malformed, it is refused.
         let torn_admitted = format!("{{\"kind\":\"plan_admitted\",\n{}\n", rows.join("\n"));
-        let err = decode_own_log_without(&torn_admitted, &["plan_admitted"]).unwrap_err();
+        let err = decode_own_log(&torn_admitted, &["plan_admitted"]).unwrap_err();
         assert_eq!(err.line, 1);
         // Far into the last part: a malformed line, and before it a second row for a task.
         let mut lines = rows.clone();
         lines[n - 10] = "{oops".into();
         assert_eq!(
-            decode_own_log(&(lines.join("\n") + "\n")).unwrap_err().line,
+            decode_own_log(&(lines.join("\n") + "\n"), &[])
+                .unwrap_err()
+                .line,
             n - 9
         );
         lines[n - 20] = rows[5].clone();
-        let err = decode_own_log(&(lines.join("\n") + "\n")).unwrap_err();
+        let err = decode_own_log(&(lines.join("\n") + "\n"), &[]).unwrap_err();
         assert_eq!(
             (err.line, err.message.contains("second task_result")),
             (n - 19, true)
