@@ -15,6 +15,7 @@ use rustix::io::Errno;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The lock file in a state directory.
 pub const LOCK_FILE: &str = "engine.lock";
@@ -46,7 +47,7 @@ impl EngineLock {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => continue,
                 Err(e) => return Err(err(e)),
             };
-            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            match lock_exclusive(&mut file) {
                 Ok(()) => {}
                 Err(Errno::WOULDBLOCK) => return Err(in_use(state_dir, &mut file)),
                 Err(e) => return Err(err(e.into())),
@@ -81,6 +82,53 @@ impl EngineLock {
     }
 }
 
+/// How long a lock whose recorded engine no longer exists may take to be released.
+const RELEASE_GRACE: Duration = Duration::from_secs(2);
+
+/// Takes the exclusive lock on `file` without waiting on a live engine. The kernel may put the
+/// last reference to a killed engine's lock file (so release the lock) on a work queue a moment
+/// after the engine was reaped: a `--resume` launched at once would be refused by a dead engine.
+/// So a lock whose recorded pid names no process is tried again for up to [`RELEASE_GRACE`].
+fn lock_exclusive(file: &mut File) -> Result<(), Errno> {
+    let began = Instant::now();
+    loop {
+        match flock(&*file, FlockOperation::NonBlockingLockExclusive) {
+            Err(Errno::WOULDBLOCK) if began.elapsed() < RELEASE_GRACE && holder_gone(file) => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            taken => return taken,
+        }
+    }
+}
+
+/// Whether the engine the lock file names has exited (it recorded its pid when it took it).
+fn holder_gone(file: &mut File) -> bool {
+    let pid = field(&recorded(file), "pid ").and_then(|p| p.parse::<i32>().ok());
+    let Some(pid) = pid.filter(|&p| p > 0) else {
+        return false;
+    };
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    let probed = unsafe { libc::kill(pid, 0) };
+    probed != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// What the holder recorded in the lock file (empty if it cannot be read).
+fn recorded(file: &mut File) -> String {
+    let mut text = String::new();
+    let _ = file
+        .seek(SeekFrom::Start(0))
+        .and_then(|_| file.read_to_string(&mut text));
+    text
+}
+
+/// The value of the recorded line starting with `key`, if not empty.
+fn field(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
 /// Whether `file` is the lock file at its path in `state_dir` (not one unlinked since).
 fn still_linked(file: &File, state_dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -104,15 +152,8 @@ fn open(state_dir: &Path) -> std::io::Result<File> {
 
 /// The refusal for a lock another engine holds: its run and pid as it recorded them.
 fn in_use(state_dir: &Path, file: &mut File) -> RunError {
-    let mut text = String::new();
-    let _ = file.read_to_string(&mut text);
-    let field = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    let holder = match (field("run "), field("pid ")) {
+    let text = recorded(file);
+    let holder = match (field(&text, "run "), field(&text, "pid ")) {
         (Some(run), Some(pid)) => {
             format!("run {run} is still running in another engine (pid {pid})")
         }
@@ -190,5 +231,29 @@ mod tests {
         );
         drop(first);
         EngineLock::take(d.path()).expect("released with its holder");
+    }
+
+    // A killed engine's lock can outlive the engine by a moment (the kernel puts its last
+    // reference on a work queue): a launch then waits for it instead of being refused, but only
+    // while the recorded pid names no process.
+    #[test]
+    fn a_lock_recorded_by_an_engine_that_is_gone_is_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let mut held = EngineLock::take(d.path()).unwrap();
+        // A pid that is certainly free: a child already reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        held.file.set_len(0).unwrap();
+        held.file.seek(SeekFrom::Start(0)).unwrap();
+        write!(held.file, "pid {dead}\nrun run-1\n").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(held);
+        });
+        let began = Instant::now();
+        EngineLock::take(d.path()).expect("taken once the dead engine's lock is released");
+        assert!(began.elapsed() >= Duration::from_millis(150));
+        release.join().unwrap();
     }
 }
