@@ -51,9 +51,9 @@ pub(crate) fn browser() -> Option<&'static Browser> {
 /// Starts Chromium from a thread that lives as long as the test binary: the browser gets
 /// SIGKILL when that thread (so the binary) ends (PR_SET_PDEATHSIG).
 fn launch(exe: &'static str) -> Browser {
+    let profile = profile_dir();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let profile = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(exe);
         cmd.args([
             "--headless=new",
@@ -69,7 +69,7 @@ fn launch(exe: &'static str) -> Browser {
             "--remote-debugging-port=0",
             "--window-size=1280,900",
         ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--user-data-dir={}", profile.display()))
         .arg("about:blank")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -105,6 +105,25 @@ fn launch(exe: &'static str) -> Browser {
     });
     rx.recv_timeout(Duration::from_secs(60))
         .expect("chromium did not start within a minute")
+}
+
+/// The browser's profile, `chromium-<pid>` under the target's scratch directory. The binary
+/// exits with the browser still running, so no drop ever removes it: each launch removes those
+/// of test binaries no longer alive instead (a profile is a few MB, a suite run leaves one).
+fn profile_dir() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix("chromium-"));
+        if pid.is_some_and(|pid| !std::path::Path::new("/proc").join(pid).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    // One of an earlier binary with this same pid would hold a lock naming a live process.
+    let dir = root.join(format!("chromium-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// One DevTools connection: commands by id, events kept in order.

@@ -582,27 +582,15 @@ mod tests {
         p
     }
 
-    fn tmp() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "crucible-manifest-{}-{}",
-            std::process::id(),
-            rand_suffix()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    fn rand_suffix() -> u128 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
+    fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     #[test]
     fn playbook_without_judge_loads() {
-        let d = tmp();
-        let p = write(&d, "crucible.toml", "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[workspace]\ninject = [\"a.txt\", {src = \"b\", dst = \"c\"}]\n");
+        let t = tmp();
+        let d = t.path();
+        let p = write(d, "crucible.toml", "[workflow]\ntype = \"playbook\"\nfile = \"workflow.star\"\n[workspace]\ninject = [\"a.txt\", {src = \"b\", dst = \"c\"}]\n");
         let m = load(&p).unwrap();
         assert_eq!(m.workflow_type().unwrap(), WorkflowType::Playbook);
         assert_eq!(m.manifest.workspace.inject.0.len(), 2);
@@ -611,8 +599,9 @@ mod tests {
 
     #[test]
     fn inline_tables_read_into_a_plan() {
-        let d = tmp();
-        let p = write(&d, "crucible.toml", "[workflow]\ntype = \"playbook\"\n[[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"true\"\nemits = [\"x\"]\n[[workflow.task]]\nname = \"b\"\nkind = \"command\"\nrun = \"true\"\ndepends_on = [\"a\"]\njoin = \"settled\"\n");
+        let t = tmp();
+        let d = t.path();
+        let p = write(d, "crucible.toml", "[workflow]\ntype = \"playbook\"\n[[workflow.task]]\nname = \"a\"\nkind = \"command\"\nrun = \"true\"\nemits = [\"x\"]\n[[workflow.task]]\nname = \"b\"\nkind = \"command\"\nrun = \"true\"\ndepends_on = [\"a\"]\njoin = \"settled\"\n");
         let plan = load(&p).unwrap().inline_plan().unwrap().unwrap();
         assert_eq!(plan.tasks.len(), 2);
         assert_eq!(plan.tasks[1].join, crucible_plan::Join::Settled);
@@ -622,11 +611,12 @@ mod tests {
 
     #[test]
     fn lane_rules() {
-        let d = tmp();
+        let t = tmp();
+        let d = t.path();
         // RFC-0002:C-PLAYBOOK-LANE: without [judge], every type but "playbook" is refused.
         for ty in ["custom", "autoresearch"] {
             let p = write(
-                &d,
+                d,
                 "crucible.toml",
                 &format!("[repo]\npath = \".\"\n[workflow]\ntype = \"{ty}\"\n"),
             );
@@ -640,7 +630,7 @@ mod tests {
                 "{ty}"
             );
         }
-        let p = write(&d, "crucible.x.toml", "[workflow]\ntype = \"playbook\"\n[judge]\nmeasure_cmd = \"true\"\ndirection = \"higher\"\n");
+        let p = write(d, "crucible.x.toml", "[workflow]\ntype = \"playbook\"\n[judge]\nmeasure_cmd = \"true\"\ndirection = \"higher\"\n");
         let m = load(&p).unwrap();
         assert_eq!(m.variant, "x");
         assert!(m
@@ -652,9 +642,10 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_errors_naming_the_key() {
-        let d = tmp();
+        let t = tmp();
+        let d = t.path();
         let p = write(
-            &d,
+            d,
             "crucible.toml",
             "[workflow]\ntype = \"playbook\"\n[agent]\nmodle = \"x\"\n",
         );
