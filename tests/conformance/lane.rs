@@ -308,6 +308,74 @@ fn isolated_tasks_run_concurrently() {
     assert!(!p.workspace().join("scratch.txt").exists());
 }
 
+// RFC-0002:C-PLAYBOOK-LANE (isolation), issue 18: every isolated attempt starts at HEAD exactly,
+// however its checkout is made (an engine run as root makes each one an overlay over a kept
+// checkout of HEAD, shared by the attempts that start there): what one isolated task modifies,
+// deletes, renames, chmods or replaces with a directory is seen by no later isolated task, which
+// sees what shared tasks committed since, and no mount or layer outlives the run.
+#[test]
+fn isolated_checkouts_start_at_head_and_keep_their_changes_to_themselves() {
+    // A thousand more files under fill/: a workspace worth an overlay (a smaller one gets whole
+    // checkouts, which the other isolated tests exercise).
+    let seeded = r"printf one > a.txt; mkdir -p dir fill; printf b > dir/b.txt; printf '#!/bin/sh\n' > tool.sh
+        (cd fill && seq 1000 | xargs touch)";
+    let vandal = r#"stat -f -c %T . > "$PACK/fs"; test "$(cat a.txt)" = one && test -e dir/b.txt || exit 9
+        printf defaced > a.txt; chmod +x a.txt; mv tool.sh moved.sh; rm -r dir; printf file > dir
+        printf new > new.txt; rm a.txt && mkdir a.txt; echo '{}'"#;
+    // Exactly the entries `want` (sorted `find` output), `a.txt` a file, nothing executable.
+    let expect = |want: &str| {
+        format!(
+            r#"got=$(find . \( -path ./inputs -o -path ./fill \) -prune -o -print | sort | tr '\n' ' '); [ "$got" = "{want}" ] || {{ echo "$got" >&2; exit 9; }}
+            test -f a.txt && test ! -x a.txt && test ! -x tool.sh || exit 9; echo '{{}}'"#
+        )
+    };
+    let p = Pack::playbook(&format!(
+        "{}{}{}{}{}",
+        command("seed", &format!("{seeded}; echo '{{}}'"), ""),
+        command("vandal", vandal, "isolated = true\ndepends_on = [\"seed\"]"),
+        command(
+            "after_vandal",
+            &expect(". ./a.txt ./dir ./dir/b.txt ./tool.sh "),
+            "isolated = true\ndepends_on = [\"vandal\"]"
+        ),
+        command(
+            "moves_head",
+            "printf two > a.txt; rm -r dir; printf c > c.txt; echo '{}'",
+            "depends_on = [\"after_vandal\"]"
+        ),
+        command(
+            "after_head_moved",
+            &format!(
+                "test \"$(cat a.txt)\" = two || exit 9; {}",
+                expect(". ./a.txt ./c.txt ./tool.sh ")
+            ),
+            "isolated = true\ndepends_on = [\"moves_head\"]"
+        ),
+    ));
+    let r = p.run(&[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for t in [
+        "seed",
+        "vandal",
+        "after_vandal",
+        "moves_head",
+        "after_head_moved",
+    ] {
+        assert_eq!(p.row(t)["status"], "pass", "{t}: {r:?}");
+    }
+    // Run as root, the engine has its own mount namespace and isolated checkouts are overlays.
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let fs = std::fs::read_to_string(p.probe().join("fs")).unwrap();
+        assert_eq!(fs.trim(), "overlayfs");
+    }
+    let current = std::fs::read_to_string(p.state().join("current")).unwrap();
+    let run_dir = p.state().join("runs").join(current.trim());
+    assert!(!run_dir.join("layers").exists() && !run_dir.join("worktrees").exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(p.path().to_str().unwrap()), "{mounts}");
+}
+
 // RFC-0002:C-PLAYBOOK-LANE: a manifest workspace is built from [repo] at its ref, with injects
 // and setup_cmd, before the base commit.
 #[test]

@@ -30,7 +30,11 @@ fn main() -> ExitCode {
     // A run and the controller keep SIGPIPE ignored: a closed stdout must never kill either.
     let long_lived = matches!(&cli.command, Command::Serve(_))
         || matches!(&cli.command, Command::Plan(p) if matches!(**p, PlanCommand::Run(_) | PlanCommand::Rerun(_)));
-    if !long_lived {
+    if long_lived {
+        // Before any thread starts, or that thread would keep the host's mounts: the isolated
+        // checkouts' overlays go in the engine's own namespace (crucible_engine::sandbox::overlay).
+        crucible_engine::sandbox::overlay::own_mount_namespace();
+    } else {
         restore_sigpipe();
     }
     let result = match cli.command {

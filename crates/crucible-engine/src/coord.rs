@@ -200,6 +200,8 @@ struct Ctx {
     /// The pack's directory (absolute): a skill's directory is below it.
     pack_dir: PathBuf,
     memory: Arc<git::Memory>,
+    /// Isolated tasks' checkouts.
+    checkouts: Arc<crate::checkout::Checkouts>,
     run_dir: PathBuf,
     max_secs: u64,
     run_deadline: Instant,
@@ -549,6 +551,10 @@ pub async fn execute(
         ws,
         pack_dir: std::path::absolute(&req.manifest.dir).map_err(refused("pack directory"))?,
         memory,
+        checkouts: Arc::new(crate::checkout::Checkouts::new(
+            &run_dir,
+            sandbox_mode == crate::sandbox::Mode::Namespaces,
+        )),
         run_dir: run_dir.clone(),
         max_secs: adm.max_secs,
         run_deadline,
@@ -1518,8 +1524,9 @@ impl Coord<'_> {
                 )),
             );
         }
-        // Disposable worktrees whose removal had not finished yet.
+        // Disposable worktrees whose removal had not finished yet, and their layers.
         let _ = std::fs::remove_dir_all(self.ctx.run_dir.join("worktrees"));
+        let _ = std::fs::remove_dir_all(self.ctx.checkouts.root());
         self.ctx.memory.finish().map_err(state_err("git memory"))?;
         let elapsed = (self.started.elapsed() + self.prior_elapsed).as_secs_f64();
         let spent = self.spent;

@@ -550,7 +550,6 @@ impl Memory {
     }
 
     /// The commit the next task commit goes onto.
-    #[cfg(test)]
     pub fn head(&self) -> Oid {
         self.held().head
     }
@@ -559,9 +558,30 @@ impl Memory {
         self.held().discard()
     }
 
-    pub fn checkout_to(&self, dir: &Path) -> Result<(), GitError> {
+    /// Writes HEAD's tree into `dir` (created); returns HEAD.
+    pub fn checkout_to(&self, dir: &Path) -> Result<Oid, GitError> {
         let held = self.held();
-        checkout_to(&held.repo, held.head, dir)
+        checkout_to(&held.repo, held.head, dir)?;
+        Ok(held.head)
+    }
+
+    /// How many files HEAD's tree holds and their total size (from the index, which holds
+    /// HEAD's tree between commits).
+    pub fn head_weight(&self) -> Result<(usize, u64), GitError> {
+        let held = self.held();
+        let index = held.repo.index().map_err(gerr("cannot read the index"))?;
+        Ok((
+            index.len(),
+            index.iter().map(|e| u64::from(e.file_size)).sum(),
+        ))
+    }
+
+    /// Moves `dir`, which holds exactly `from`'s tree (a checkout nothing else writes), to
+    /// HEAD's tree by writing only the paths that differ; returns HEAD.
+    pub fn advance_checkout(&self, dir: &Path, from: Oid) -> Result<Oid, GitError> {
+        let held = self.held();
+        advance_checkout(&held.repo, from, held.head, dir)?;
+        Ok(held.head)
     }
 
     /// Packs the loose objects and writes HEAD and the index as the last commit left them, so
@@ -838,6 +858,74 @@ fn checkout_to(repo: &Repository, head: Oid, dir: &Path) -> Result<(), GitError>
         ),
     )
     .map_err(gerr("cannot write the isolated worktree"))
+}
+
+/// Moves `dir` from `from`'s tree to `to`'s: what `to` lacks is removed first (with the
+/// directories that leaves empty, which no checkout holds), then libgit2 writes the paths that
+/// were added or changed, with the same filters and modes as a whole checkout.
+fn advance_checkout(repo: &Repository, from: Oid, to: Oid, dir: &Path) -> Result<(), GitError> {
+    let tree = |commit: Oid| {
+        repo.find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(gerr("no commit tree"))
+    };
+    let (old, new) = (tree(from)?, tree(to)?);
+    let diff = repo
+        .diff_tree_to_tree(Some(&old), Some(&new), None)
+        .map_err(gerr("cannot compare the trees"))?;
+    let mut written = CheckoutBuilder::new();
+    written
+        .force()
+        .target_dir(dir)
+        .update_index(false)
+        .disable_pathspec_match(true);
+    let mut any = false;
+    for delta in diff.deltas() {
+        let status = delta.status();
+        // A changed mode or type is written afresh, not over the old entry.
+        let replaced = match status {
+            git2::Delta::Deleted | git2::Delta::Typechange => true,
+            git2::Delta::Modified => delta.old_file().mode() != delta.new_file().mode(),
+            _ => false,
+        };
+        if let Some(path) = delta.old_file().path().filter(|_| replaced) {
+            remove_checked_out(dir, path)?;
+        }
+        if let Some(path) = delta
+            .new_file()
+            .path()
+            .filter(|_| status != git2::Delta::Deleted)
+        {
+            written.path(path);
+            any = true;
+        }
+    }
+    if any {
+        repo.checkout_tree(new.as_object(), Some(&mut written))
+            .map_err(gerr("cannot update the kept checkout"))?;
+    }
+    Ok(())
+}
+
+/// Removes the checked-out `path` below `dir` and every parent directory that leaves empty.
+fn remove_checked_out(dir: &Path, path: &Path) -> Result<(), GitError> {
+    let full = dir.join(path);
+    let removed = match std::fs::symlink_metadata(&full) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&full),
+        Ok(_) => std::fs::remove_file(&full),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    removed.map_err(ioerr(format!("cannot remove {}", full.display())))?;
+    let mut parent = path.parent();
+    while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+        // Not empty (or already gone): the directories above it stay as they are.
+        if std::fs::remove_dir(dir.join(p)).is_err() {
+            break;
+        }
+        parent = p.parent();
+    }
+    Ok(())
 }
 
 /// The ref a rerun leaves on the commit its replay ended on: the start a resumption of that

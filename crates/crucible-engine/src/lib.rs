@@ -7,6 +7,7 @@
 
 mod admit;
 pub mod asks;
+mod checkout;
 mod coord;
 pub mod decision;
 pub mod files;

@@ -329,6 +329,7 @@ pub fn reopen(
     // every ceiling: they die before anything is rebuilt. Their worktrees are never reused.
     crate::proc::kill_recorded_groups(&run_dir.join("groups"));
     let _ = std::fs::remove_dir_all(run_dir.join("worktrees"));
+    let _ = std::fs::remove_dir_all(run_dir.join(crate::checkout::LAYERS));
     git::reopen(ws, &run_dir.join("memory"))
         .map_err(|e| RunError::refused(format!("cannot resume run {run_id}: workspace: {e}")))?;
     // The pristine checkout plus the declared files of every folded task that passed, in the

@@ -23,6 +23,7 @@
 //! bench/README.md, "The sandbox's cost"), made without a helper process or a new root.
 
 mod jail;
+pub mod overlay;
 
 use crucible_agent::spawn::Spawn;
 use crucible_pack::manifest::Manifest;

@@ -148,21 +148,24 @@ pub(super) async fn run(
     let spends = task.can_spend();
     loop {
         report.attempts += 1;
+        let mut checkout = None;
         let cwd = if task.isolated {
             let dir = ctx
                 .run_dir
                 .join("worktrees")
                 .join(format!("{stem}-{}", report.attempts));
-            let (memory, d) = (ctx.memory.clone(), dir.clone());
-            let made = tokio::task::spawn_blocking(move || memory.checkout_to(&d))
+            let (memory, checkouts) = (ctx.memory.clone(), ctx.checkouts.clone());
+            let made = tokio::task::spawn_blocking(move || checkouts.make(&memory, dir))
                 .await
                 .expect("checkout does not panic");
-            if let Err(e) = made {
-                report.graded =
-                    Graded::fail(format!("cannot make the isolated worktree: {e}"), None);
-                break;
+            match made {
+                Ok(c) => checkout.insert(c).dir.clone(),
+                Err(e) => {
+                    report.graded =
+                        Graded::fail(format!("cannot make the isolated worktree: {e}"), None);
+                    break;
+                }
             }
-            dir
         } else {
             ctx.ws.clone()
         };
@@ -177,7 +180,7 @@ pub(super) async fn run(
             Ok(p) => p,
             Err(refused) => {
                 report.staging_refused = Some(refused);
-                cleanup(ctx, task, &cwd).await;
+                cleanup(ctx, &cwd, checkout.take()).await;
                 break;
             }
         };
@@ -280,7 +283,7 @@ pub(super) async fn run(
             let retry = report.attempts <= crucible_plan::ceilings::TRANSPORT_RETRIES
                 && *abort.borrow() == Abort::None
                 && !(spends && ctx.spend_blocked.load(Ordering::SeqCst));
-            cleanup(ctx, task, &cwd).await;
+            cleanup(ctx, &cwd, checkout.take()).await;
             if retry {
                 continue;
             }
@@ -433,7 +436,7 @@ pub(super) async fn run(
             || report.stopped
             || report.fault.is_some()
         {
-            cleanup(ctx, task, &cwd).await;
+            cleanup(ctx, &cwd, checkout.take()).await;
         }
         break;
     }
@@ -1331,15 +1334,17 @@ pub(super) fn declared_completion(task: &Task, main: bool, report: &mut Report) 
 }
 
 /// Discards a shared task's uncommitted changes (before the next shared task may start), or
-/// removes an isolated task's worktree off the critical path (`finish` sweeps what is left).
-async fn cleanup(ctx: &Ctx, task: &Task, cwd: &std::path::Path) {
-    let (memory, cwd) = (ctx.memory.clone(), cwd.to_path_buf());
+/// removes an isolated task's checkout (`checkout`), its files off the critical path (`finish`
+/// sweeps what is left).
+async fn cleanup(ctx: &Ctx, cwd: &std::path::Path, checkout: Option<crate::checkout::Checkout>) {
+    let memory = ctx.memory.clone();
     // Sealed staged inputs first: neither the reset nor the removal may trip over them.
-    let root = cwd.clone();
+    let root = cwd.to_path_buf();
     let _ = tokio::task::spawn_blocking(move || crate::files::unstage(&root)).await;
-    if task.isolated {
-        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&cwd));
-    } else {
-        let _ = tokio::task::spawn_blocking(move || memory.discard()).await;
+    match checkout {
+        Some(c) => drop(tokio::task::spawn_blocking(c.unmount())),
+        None => {
+            let _ = tokio::task::spawn_blocking(move || memory.discard()).await;
+        }
     }
 }

@@ -6,6 +6,8 @@
 //! and nothing done in one may reach the shared workspace or the memory.
 
 use super::*;
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Command;
 
@@ -413,6 +415,74 @@ fn isolated_checkout_holds_head_and_keeps_its_changes_to_itself() {
     step(&f, "shared after isolated", |ws| {
         write(&ws.join("b.txt"), "b2")
     });
+}
+
+/// Every entry below `dir`: its path, and its kind, mode and contents (a link's target).
+fn listing(dir: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.path().symlink_metadata().unwrap();
+            let body = if m.is_symlink() {
+                std::fs::read_link(e.path())
+                    .unwrap()
+                    .into_os_string()
+                    .into_vec()
+            } else if m.is_dir() {
+                todo.push(e.path());
+                Vec::new()
+            } else {
+                std::fs::read(e.path()).unwrap()
+            };
+            let rel = e.path().strip_prefix(dir).unwrap().to_path_buf();
+            out.insert(rel, (m.mode(), body));
+        }
+    }
+    out
+}
+
+// A kept checkout (an isolated overlay's lower layer) moved to a newer HEAD by writing only what
+// changed is entry for entry what a whole checkout of that HEAD writes: modes, links, and no
+// directory a deletion left empty.
+#[test]
+fn an_advanced_checkout_is_a_whole_checkout_of_the_new_head() {
+    let f = fixture();
+    step(&f, "seed", seed);
+    step(&f, "a lone file", |ws| {
+        write(&ws.join("lone/deep/only.txt"), "o")
+    });
+    let before = head(&f);
+    let kept = f.tmp.path().join("kept");
+    assert_eq!(f.memory.checkout_to(&kept).unwrap(), before);
+    step(&f, "every kind of change", |ws| {
+        write(&ws.join("a.txt"), "changed");
+        chmod(&ws.join("tool.sh"), 0o755);
+        std::fs::remove_file(ws.join("b.txt")).unwrap();
+        std::fs::rename(ws.join("dir/sub/d.txt"), ws.join("d-moved.txt")).unwrap();
+        std::fs::remove_dir_all(ws.join("dir/sub")).unwrap();
+        std::fs::remove_file(ws.join("dir/c.txt")).unwrap();
+        std::fs::remove_dir(ws.join("dir")).unwrap();
+        write(&ws.join("dir"), "a file where a directory was");
+        std::fs::remove_file(ws.join("link")).unwrap();
+        symlink("d-moved.txt", ws.join("link")).unwrap();
+        std::fs::remove_file(ws.join("dirlink")).unwrap();
+        write(
+            &ws.join("dirlink/inside.txt"),
+            "a directory where a link was",
+        );
+        write(&ws.join("new/deep/e.txt"), "e");
+        std::fs::remove_dir_all(ws.join("lone")).unwrap();
+    });
+    let after = head(&f);
+    assert_eq!(f.memory.advance_checkout(&kept, before).unwrap(), after);
+    let whole = f.tmp.path().join("whole");
+    f.memory.checkout_to(&whole).unwrap();
+    assert_eq!(listing(&kept), listing(&whole));
+    // And back again, through an unchanged HEAD (nothing to write).
+    assert_eq!(f.memory.advance_checkout(&kept, after).unwrap(), after);
+    assert_eq!(listing(&kept), listing(&whole));
 }
 
 /// HEAD and the index are kept in memory between saves: commits across several saves stay
