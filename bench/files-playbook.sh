@@ -40,7 +40,8 @@ gen() { # dir with_files isolated
   local d=$1 files=$2 iso=$3
   mkdir -p "$d"
   {
-    printf '[workflow]\ntype = "playbook"\n'
+    # The sandbox gives every task a private /tmp: the tree to copy is bound in, as a pack would.
+    printf '[workflow]\ntype = "playbook"\n[sandbox]\nexpose = ["%s/tree"]\n' "$WORK"
     printf '[[workflow.task]]\nname = "produce"\nkind = "command"\nisolated = %s\n' "$iso"
     printf 'run = '"'''"'echo data/ > .gitignore && cp -r "%s/tree/data" data && echo '"'{}'"''"'''"'\n' "$WORK"
     if [ "$files" = 1 ]; then

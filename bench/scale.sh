@@ -10,6 +10,11 @@
 #   indep5000                        5,000 independent writers (shared workspace: one at a time)
 #   repo50k                          a chain of 200 writers on a workspace cloned from a generated
 #                                    repository of 50,000 files (2,500 directories of 20)
+#   iso50k                           20 independent isolated writers (--jobs 2) on that same
+#                                    workspace, sandboxed, the engine run as root: each attempt's
+#                                    checkout an overlay over one kept checkout of HEAD, against
+#                                    CRUCIBLE_OVERLAY=0 (a whole checkout per attempt, as before)
+#                                    and against `git worktree add` / `remove` per task
 # Each shape runs three ways, alternated within every repetition:
 #   crucible   `plan run --no-sandbox` (the sandbox's own cost is bench/sandbox-cost.sh's); with
 #              FULLPASS=1 also with CRUCIBLE_GIT_WATCH=0, every commit walking the whole tree
@@ -35,7 +40,7 @@ done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/crucible-scale.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-SHAPES=${SHAPES:-"chain500 chain1000 chain2000 indep5000 repo50k"}
+SHAPES=${SHAPES:-"chain500 chain1000 chain2000 indep5000 repo50k iso50k"}
 REPS=${REPS:-1}
 # The git CLI as a user's would run, without anyone's config; the engine's identity on both sides.
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
@@ -93,6 +98,41 @@ EOF
   git -C "$d" init -q
   git -C "$d" add -A
   git -C "$d" commit -qm "50,000 files"
+}
+
+# Isolated writers on the 50,000-file workspace: crucible with overlays, crucible with a whole
+# checkout per attempt, and a git worktree per task (the git CLI's own isolation).
+isolated_shape() { # label n repo
+  local label=$1 n=$2 repo=$3 d t0 t1 wall overlay
+  d=$WORK/$label
+  rm -rf "$d"; mkdir -p "$d/pack"
+  {
+    printf '[workflow]\ntype = "playbook"\n[repo]\nurl = "%s"\n' "$repo"
+    for i in $(seq 1 "$n"); do
+      printf '[[workflow.task]]\nname = "t%s"\nkind = "command"\nrun = "%s"\nisolated = true\n' "$i" "$(cmd_of "$i")"
+    done
+  } > "$d/pack/crucible.toml"
+  for rep in $(seq 1 "$REPS"); do
+    for overlay in 1 0; do
+      rm -rf "$d/pack/state" "$d/pack/workspace"
+      t0=$(now)
+      CRUCIBLE_OVERLAY=$overlay "$BIN" plan run --manifest "$d/pack/crucible.toml" --max-cost 1 --max-time 2h --jobs 2 >/dev/null
+      t1=$(now); wall=$(secs "$t0" "$t1")
+      local rate; rate=$(log_rate "$(ls -d "$d"/pack/state/runs/*/)session.jsonl")
+      local side=overlay; if [ "$overlay" = 0 ]; then side="whole"; fi
+      printf '%-10s rep %d  %-9s %8.2f s  %7.2f ms/task  steady %7s ms/task\n' \
+        "$label" "$rep" "$side" "$wall" "$(echo "$wall * 1000 / $n" | bc -l)" "$rate"
+    done
+    local g=$d/git
+    rm -rf "$g"; git clone -q "$repo" "$g"
+    t0=$(now)
+    for i in $(seq 1 "$n"); do
+      git -C "$g" worktree add -q --detach "$d/wt" && (cd "$d/wt" && sh -c "$(cmd_of "$i")" >/dev/null)
+      git -C "$g" worktree remove --force "$d/wt"
+    done
+    t1=$(now); wall=$(secs "$t0" "$t1")
+    printf '%-10s rep %d  worktree  %8.2f s  %7.2f ms/task\n' "$label" "$rep" "$wall" "$(echo "$wall * 1000 / $n" | bc -l)"
+  done
 }
 
 # Steady per-task time from a run's session log: between its first and last task rows.
@@ -168,6 +208,9 @@ for s in $SHAPES; do
     repo50k)
       [ -d "$WORK/src50k" ] || gen_repo "$WORK/src50k"
       shape repo50k chain 200 "$WORK/src50k" ;;
+    iso50k)
+      [ -d "$WORK/src50k" ] || gen_repo "$WORK/src50k"
+      isolated_shape iso50k 20 "$WORK/src50k" ;;
     *) echo "unknown shape $s" >&2; exit 2 ;;
   esac
   echo "  (load average $(cut -d' ' -f1-3 /proc/loadavg))"
