@@ -9,9 +9,9 @@
 //! its writes go up, never down; capture and staging read and write the merged view at the
 //! same path as before. A HEAD of fewer than a thousand files and 64 MiB gets whole checkouts
 //! all the same: writing it costs little, and an overlay taxes every byte an attempt writes (its
-//! declared files leave by copy, not rename). When HEAD has moved, the kept checkout is moved with it by writing only
-//! the paths that changed, unless an attempt still stands on it: a new one is written then, and
-//! the old one removed once its last attempt is. Without the namespace (an engine that is not
+//! declared files leave by copy, not rename). When HEAD has moved, the kept checkout is moved
+//! with it by writing only the paths that changed, unless an attempt still stands on it: a new
+//! one is written then, and the old one removed once its last attempt is. Without the namespace (an engine that is not
 //! root, `--no-sandbox`, or a file system that refuses an overlay's upper layer) each attempt
 //! gets a whole checkout of its own, as before.
 
@@ -101,12 +101,11 @@ impl Checkouts {
         };
         if let Some(lower) = lower {
             let upper = self.fresh("upper");
-            let made = [upper.join("upper"), upper.join("work"), dir.clone()]
-                .iter()
+            let (up, work) = (upper.join("upper"), upper.join("work"));
+            let made = [&up, &work, &dir]
+                .into_iter()
                 .try_for_each(std::fs::create_dir_all)
-                .and_then(|()| {
-                    overlay::mount(&lower.dir, &upper.join("upper"), &upper.join("work"), &dir)
-                });
+                .and_then(|()| overlay::mount(&lower.dir, &up, &work, &dir));
             if made.is_ok() {
                 return Ok(Checkout {
                     dir,
@@ -117,7 +116,6 @@ impl Checkouts {
             // whole checkouts for the rest of the run.
             self.overlay.store(false, Ordering::Relaxed);
             let _ = std::fs::remove_dir_all(&upper);
-            drop(lower);
             self.kept.lock().unwrap_or_else(|p| p.into_inner()).lower = None;
         }
         memory.checkout_to(&dir)?;
